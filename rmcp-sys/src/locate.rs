@@ -1,0 +1,287 @@
+//! Finding the real HIP runtime: the copy already mapped in the process, never a second one.
+//!
+//! `dlsym(RTLD_NEXT, ..)` is not used: it returns NULL when the runtime came in as a
+//! dependency of an `RTLD_LOCAL` dlopen, which is how every Python extension loads it.
+//! Instead the loaded objects are walked (`dl_iterate_phdr`, load order) and the first
+//! `libamdhip64` found is opened again with `RTLD_NOLOAD`, which only takes a reference to
+//! the copy that is there. Only when no copy is mapped is one loaded: the configured path,
+//! else the sonames newest first.
+
+use std::ffi::{CStr, c_int, c_void};
+use std::path::PathBuf;
+
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+
+use crate::HipApi;
+
+/// Sonames tried, newest first, when no runtime is mapped yet.
+pub const SONAMES: [&str; 3] = ["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"];
+
+/// File names of the runtime start with this (`libamdhip64.so`, `.so.6`, `.so.6.4.60403`).
+pub const FILE_PREFIX: &str = "libamdhip64.so";
+
+/// How the runtime in use was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Already mapped in the process (the normal case).
+    Mapped,
+    /// Loaded from the path the user configured.
+    Configured,
+    /// Loaded by soname.
+    Soname,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Mapped => "mapped",
+            Source::Configured => "configured",
+            Source::Soname => "soname",
+        }
+    }
+}
+
+/// An object mapped in this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappedObject {
+    pub path: String,
+    pub base: usize,
+}
+
+/// The runtime calls are forwarded to. Its library handle is never closed.
+pub struct Runtime {
+    pub path: String,
+    pub source: Source,
+    pub api: HipApi,
+    /// Every runtime copy mapped when it was found, in load order (the first is `path`
+    /// when `source` is `Mapped`). More than one is a hazard worth a warning.
+    pub mapped: Vec<String>,
+    _lib: Library,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("path", &self.path)
+            .field("source", &self.source)
+            .field("mapped", &self.mapped)
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+pub enum LocateError {
+    /// Nothing mapped and nothing could be loaded; each attempt with its error.
+    NotFound(Vec<(String, String)>),
+}
+
+impl std::fmt::Display for LocateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LocateError::NotFound(tries) => {
+                write!(f, "no HIP runtime is mapped and none could be loaded")?;
+                for (what, why) in tries {
+                    write!(f, "; {what}: {why}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What to look for.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    /// Loaded when no runtime is mapped (RMCP_HIP_LIBRARY); tried before the sonames.
+    pub library: Option<PathBuf>,
+    /// Base address of the calling object (the shim): an object there is never taken for
+    /// the runtime, whatever its name.
+    pub exclude_base: usize,
+    /// Only take a mapped copy; never load one.
+    pub mapped_only: bool,
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// True when `path` names a HIP runtime file.
+pub fn is_runtime_file(path: &str) -> bool {
+    basename(path).starts_with(FILE_PREFIX)
+}
+
+/// Every object mapped in the process, in load order (`dl_iterate_phdr`). The main program
+/// and the vDSO have empty names and are left out.
+pub fn mapped_objects() -> Vec<MappedObject> {
+    unsafe extern "C" fn collect(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the `&mut Vec` passed below, alive for the whole walk, and
+        // glibc calls this callback synchronously from `dl_iterate_phdr`; `info` points to
+        // a valid `dl_phdr_info` for the duration of the call.
+        let out = unsafe { &mut *(data as *mut Vec<MappedObject>) };
+        let info = unsafe { &*info };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) };
+            if !name.to_bytes().is_empty() {
+                out.push(MappedObject {
+                    path: name.to_string_lossy().into_owned(),
+                    base: info.dlpi_addr as usize,
+                });
+            }
+        }
+        0
+    }
+    let mut out: Vec<MappedObject> = Vec::new();
+    // SAFETY: the callback only appends to `out`, which outlives the call; it calls no
+    // loader function (dlopen inside dl_iterate_phdr would deadlock on the loader lock).
+    unsafe {
+        libc::dl_iterate_phdr(Some(collect), &mut out as *mut _ as *mut c_void);
+    }
+    out
+}
+
+/// The HIP runtime copies mapped now, in load order, excluding the object at `exclude_base`.
+pub fn mapped_runtimes(exclude_base: usize) -> Vec<MappedObject> {
+    mapped_objects()
+        .into_iter()
+        .filter(|o| o.base != exclude_base && is_runtime_file(&o.path))
+        .collect()
+}
+
+/// Base address and path of the object that contains `addr`, from `dladdr`.
+pub fn object_of(addr: usize) -> Option<(usize, String)> {
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads `addr` as a number and fills `info`; it returns 0 when the
+    // address is in no object, in which case `info` is not used.
+    let ok = unsafe { libc::dladdr(addr as *const c_void, &mut info) };
+    if ok == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null dli_fname is a NUL-terminated string owned by the loader.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some((info.dli_fbase as usize, name.to_string_lossy().into_owned()))
+}
+
+fn open(path: &str, flags: c_int) -> Result<Library, String> {
+    // SAFETY: opening the HIP runtime runs its initialisers; that is what loading it means
+    // and the process asked for HIP by calling a HIP function. With RTLD_NOLOAD nothing is
+    // loaded and no initialiser runs.
+    unsafe { Library::open(Some(path), flags) }.map_err(|e| e.to_string())
+}
+
+fn resolve(lib: &Library) -> HipApi {
+    HipApi::resolve(|name| {
+        // SAFETY: looking up a symbol's address does not call it; the address is only
+        // stored, typed by `HipApi`'s table of C signatures.
+        match unsafe { lib.get::<*mut c_void>(name.to_bytes_with_nul()) } {
+            Ok(sym) => *sym,
+            Err(_) => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// A library is taken for the runtime only if its `hipMalloc` is not in the excluded
+/// object (the shim itself, should someone point RMCP_HIP_LIBRARY at it).
+fn accept(lib: Library, exclude_base: usize) -> Result<(Library, HipApi, String), String> {
+    let api = resolve(&lib);
+    let Some(addr) = api.address_of("hipMalloc") else {
+        return Err("it does not export hipMalloc".into());
+    };
+    match object_of(addr) {
+        Some((base, _)) if base == exclude_base => Err("it is rmcp's own library".into()),
+        Some((_, path)) => Ok((lib, api, path)),
+        None => Err("its hipMalloc is in no mapped object".into()),
+    }
+}
+
+/// Finds the runtime: a mapped copy first, then (unless `mapped_only`) the configured
+/// library, then the sonames. Never maps a second copy when one is mapped.
+pub fn locate(req: &Request) -> Result<Runtime, LocateError> {
+    let mapped = mapped_runtimes(req.exclude_base);
+    let mapped_paths: Vec<String> = mapped.iter().map(|o| o.path.clone()).collect();
+    let mut tries = Vec::new();
+    for obj in &mapped {
+        match open(&obj.path, RTLD_NOW | libc::RTLD_NOLOAD)
+            .and_then(|lib| accept(lib, req.exclude_base))
+        {
+            Ok((lib, api, _)) => {
+                return Ok(Runtime {
+                    path: obj.path.clone(),
+                    source: Source::Mapped,
+                    api,
+                    mapped: mapped_paths,
+                    _lib: lib,
+                });
+            }
+            Err(e) => tries.push((obj.path.clone(), e)),
+        }
+    }
+    if !mapped.is_empty() || req.mapped_only {
+        // A copy is mapped but could not be used: loading another would put two runtimes
+        // in one process, which is worse than anything rmcp could fix.
+        return Err(LocateError::NotFound(tries));
+    }
+    let mut candidates: Vec<(String, Source)> = Vec::new();
+    if let Some(p) = &req.library {
+        candidates.push((p.to_string_lossy().into_owned(), Source::Configured));
+    }
+    candidates.extend(SONAMES.iter().map(|s| (s.to_string(), Source::Soname)));
+    for (name, source) in candidates {
+        match open(&name, RTLD_NOW | RTLD_LOCAL).and_then(|lib| accept(lib, req.exclude_base)) {
+            Ok((lib, api, path)) => {
+                return Ok(Runtime {
+                    path,
+                    source,
+                    api,
+                    mapped: mapped_runtimes(req.exclude_base)
+                        .into_iter()
+                        .map(|o| o.path)
+                        .collect(),
+                    _lib: lib,
+                });
+            }
+            Err(e) => tries.push((name, e)),
+        }
+    }
+    Err(LocateError::NotFound(tries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_file_names() {
+        assert!(is_runtime_file("/opt/rocm/lib/libamdhip64.so.6"));
+        assert!(is_runtime_file("/site-packages/torch/lib/libamdhip64.so"));
+        assert!(is_runtime_file("libamdhip64.so.5.2.21153"));
+        assert!(!is_runtime_file("/usr/lib/librmcp_shim.so"));
+        assert!(!is_runtime_file("/usr/lib/libamdhip64_fake/libc.so.6"));
+        assert!(!is_runtime_file("/lib/libhsa-runtime64.so.1"));
+    }
+
+    #[test]
+    fn mapped_objects_sees_libc_and_not_a_runtime() {
+        let objs = mapped_objects();
+        assert!(
+            objs.iter()
+                .any(|o| basename(&o.path).starts_with("libc.so"))
+        );
+        assert!(mapped_runtimes(0).is_empty());
+    }
+
+    #[test]
+    fn mapped_only_with_nothing_mapped_loads_nothing() {
+        let req = Request {
+            library: Some(PathBuf::from("libc.so.6")),
+            exclude_base: 0,
+            mapped_only: true,
+        };
+        assert!(locate(&req).is_err());
+        assert!(mapped_runtimes(0).is_empty());
+    }
+}
