@@ -1,0 +1,249 @@
+//! What every hook does: decide, forward, fall back, count. The exported functions in
+//! `hooks.rs` only gather their arguments and call [`intercept`].
+//!
+//! Never worse than without the shim:
+//! - deciding and bookkeeping run under `catch_unwind`; a panic there forwards the caller's
+//!   call unchanged (deciding) or is dropped (bookkeeping). The runtime is called outside
+//!   them, exactly once per attempt, so a panic can never repeat an allocation;
+//! - a rewritten call that fails for any reason but out-of-memory is retried once exactly
+//!   as the caller asked, and that answer is returned;
+//! - the runtime's return value reaches the caller untouched; out-pointers are written by
+//!   the runtime alone.
+
+use std::ffi::{CStr, c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use rmcp_sys::{HipApi, HipError, error};
+
+use crate::guard;
+use crate::policy::{self, Decision, Facts, Forward};
+use crate::registry::Hook;
+use crate::state::{self, Shim};
+use crate::stats::{self, Outcome};
+
+/// The facts of one call, computed only when the policy asks.
+struct CallFacts<'a> {
+    shim: &'a Shim,
+    ret: usize,
+}
+
+impl Facts for CallFacts<'_> {
+    fn host_affected(&self) -> bool {
+        self.shim.host_affected
+    }
+    fn device_affected(&self) -> bool {
+        self.shim.current_device_affected()
+    }
+    fn caller_exempt(&self) -> bool {
+        crate::caller::is_exempt(self.ret, &self.shim.config.exempt)
+    }
+}
+
+static WARNED_FALLBACK: [AtomicBool; Hook::COUNT] = [const { AtomicBool::new(false) }; Hook::COUNT];
+static WARNED_MISSING: [AtomicBool; Hook::COUNT] = [const { AtomicBool::new(false) }; Hook::COUNT];
+
+/// Makes the rewritten call. None: the runtime lacks the function it needs.
+fn call_forward(api: &HipApi, fw: Forward, out: *mut *mut c_void, size: usize) -> Option<HipError> {
+    match fw {
+        // SAFETY: `out` and `size` are the caller's own arguments to an allocation function
+        // of the same shape (void**, size_t, ...); the runtime validates them as it would
+        // the caller's call.
+        Forward::HostMalloc(flags) => api.hipHostMalloc.map(|f| unsafe { f(out, size, flags) }),
+        Forward::ExtMallocWithFlags(flags) => api
+            .hipExtMallocWithFlags
+            .map(|f| unsafe { f(out, size, flags) }),
+    }
+}
+
+/// A call made from inside a call the shim is forwarding (or while the shim cannot build
+/// its state): straight to the runtime, not counted.
+#[cold]
+fn forward_bare(asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
+    if let Some(rt) = state::runtime_if_found() {
+        return asked(&rt.api).unwrap_or(error::SHARED_OBJECT_SYMBOL_NOT_FOUND);
+    }
+    // Re-entered while the runtime itself was being located: use the mapped copy for this
+    // one call, without loading anything.
+    let req = rmcp_sys::locate::Request {
+        mapped_only: true,
+        ..Default::default()
+    };
+    match rmcp_sys::locate::locate(&req) {
+        Ok(rt) => asked(&rt.api).unwrap_or(error::SHARED_OBJECT_SYMBOL_NOT_FOUND),
+        Err(_) => error::SHARED_OBJECT_SYMBOL_NOT_FOUND,
+    }
+}
+
+/// The body of every hook.
+///
+/// `out`, `size`, `flags`: the caller's out-pointer (null if none), byte count and flags;
+/// `ret`: the hook's return address, naming the caller; `asked`: the caller's call, made
+/// to the runtime's function of the same name (None if the runtime lacks it).
+#[inline(always)]
+pub fn intercept(
+    hook: Hook,
+    out: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+    ret: usize,
+    asked: impl Fn(&HipApi) -> Option<HipError>,
+) -> HipError {
+    if guard::active() {
+        return forward_bare(&asked);
+    }
+    let _inside = guard::Entered::enter();
+    let Ok(shim) = catch_unwind(state::shim) else {
+        return forward_bare(&asked);
+    };
+    let Some(rt) = shim.runtime else {
+        let _ = catch_unwind(|| missing(hook, "no HIP runtime was found"));
+        return error::SHARED_OBJECT_SYMBOL_NOT_FOUND;
+    };
+    let api = &rt.api;
+    let facts = CallFacts { shim, ret };
+    let decision = catch_unwind(AssertUnwindSafe(|| {
+        policy::decide(hook, flags, &shim.rules, &facts)
+    }))
+    .unwrap_or(Decision::Unchanged);
+
+    // From here to the bookkeeping: runtime calls and plain comparisons only.
+    let mut fallback = false;
+    let mut lacks = false;
+    let rc = match decision {
+        Decision::Rewrite(fw) => match call_forward(api, fw, out, size) {
+            Some(rc) if policy::retry_as_asked(rc) => {
+                fallback = true;
+                asked(api).unwrap_or_else(|| {
+                    lacks = true;
+                    rc
+                })
+            }
+            Some(rc) => rc,
+            None => asked(api).unwrap_or_else(|| {
+                lacks = true;
+                error::SHARED_OBJECT_SYMBOL_NOT_FOUND
+            }),
+        },
+        Decision::Unchanged | Decision::WouldRewrite(_) => asked(api).unwrap_or_else(|| {
+            lacks = true;
+            error::SHARED_OBJECT_SYMBOL_NOT_FOUND
+        }),
+    };
+
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        after(hook, size, flags, ret, decision, rc, fallback, lacks)
+    }));
+    rc
+}
+
+#[allow(clippy::too_many_arguments)]
+fn after(
+    hook: Hook,
+    size: usize,
+    flags: u32,
+    ret: usize,
+    decision: Decision,
+    rc: HipError,
+    fallback: bool,
+    lacks: bool,
+) {
+    stats::record(
+        hook,
+        Outcome {
+            rewritten: decision != Decision::Unchanged,
+            fallback,
+            error: rc != error::SUCCESS,
+            bytes: size as u64,
+        },
+    );
+    if lacks {
+        missing(hook, "the loaded HIP runtime does not export it");
+    }
+    if fallback && !WARNED_FALLBACK[hook.index()].swap(true, Relaxed) {
+        tracing::warn!(
+            "{}: the rewritten call failed; retried as the caller asked, which returned {rc} \
+             (further fallbacks of this function are counted, not logged)",
+            hook.name()
+        );
+    }
+    if let Some(fw) = decision.forward() {
+        tracing::debug!(
+            "{} size={size} flags={flags:#x} -> {} caller={} rc={rc}{}{}",
+            hook.name(),
+            describe(fw),
+            crate::caller::object_name(ret),
+            if fallback {
+                " (fell back to the caller's call)"
+            } else {
+                ""
+            },
+            if matches!(decision, Decision::WouldRewrite(_)) {
+                " (dry-run: not applied)"
+            } else {
+                ""
+            },
+        );
+    } else {
+        tracing::trace!(
+            "{} size={size} flags={flags:#x} unchanged rc={rc}",
+            hook.name()
+        );
+    }
+}
+
+fn describe(fw: Forward) -> String {
+    match fw {
+        Forward::HostMalloc(f) => format!("hipHostMalloc flags={f:#x}"),
+        Forward::ExtMallocWithFlags(f) => format!("hipExtMallocWithFlags flags={f:#x}"),
+    }
+}
+
+#[cold]
+fn missing(hook: Hook, why: &str) {
+    if !WARNED_MISSING[hook.index()].swap(true, Relaxed) {
+        tracing::error!(
+            "{}: {why}; returning hipErrorSharedObjectSymbolNotFound ({})",
+            hook.name(),
+            error::SHARED_OBJECT_SYMBOL_NOT_FOUND
+        );
+    }
+}
+
+/// After a successful hipGetProcAddress for a hooked name that returned the runtime's own
+/// function, hand the caller the shim's function instead. `own` gives the shim's address
+/// for a hook.
+///
+/// # Safety
+/// `symbol` is null or a NUL-terminated string; `pfn` is null or valid for reads and
+/// writes of one pointer (the caller's arguments to hipGetProcAddress).
+pub unsafe fn substitute_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    own: fn(Hook) -> usize,
+) {
+    if symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    let Some(shim) = state::shim_if_built() else {
+        return;
+    };
+    let Some(rt) = shim.runtime else { return };
+    if !policy::substitute_proc_address(&shim.rules) {
+        return;
+    }
+    // SAFETY: per this function's contract.
+    let (name, got) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
+    let Some(hook) = Hook::from_name(name) else {
+        return;
+    };
+    if got.is_null() || rt.api.address_of(hook.name()) != Some(got as usize) {
+        return;
+    }
+    // SAFETY: per this function's contract; the runtime succeeded and wrote `*pfn`.
+    unsafe { *pfn = own(hook) as *mut c_void };
+    tracing::debug!(
+        "hipGetProcAddress({}): handing back rmcp's function",
+        hook.name()
+    );
+}

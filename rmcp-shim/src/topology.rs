@@ -1,0 +1,396 @@
+//! Which GPUs are in the machine and which of them rmcp treats as affected.
+//!
+//! The answer comes from the real hardware, as the kernel's KFD topology describes it
+//! (`/sys/class/kfd/kfd/topology/nodes/N/properties`), never from what HIP reports:
+//! HSA_OVERRIDE_GFX_VERSION changes HIP's answer but not the silicon.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use rmcp_sys::PciAddress;
+
+use crate::config::{Config, Mode};
+
+/// A GPU ISA as KFD encodes it: `gfx_target_version = major*10000 + minor*100 + stepping`
+/// (gfx1010 = 100100, gfx90a = 90010).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Gfx(pub u32);
+
+impl Gfx {
+    pub fn major(self) -> u32 {
+        self.0 / 10000
+    }
+    pub fn minor(self) -> u32 {
+        (self.0 / 100) % 100
+    }
+    pub fn stepping(self) -> u32 {
+        self.0 % 100
+    }
+
+    /// Parses a gfx name: `gfx` + major (decimal) + minor (one decimal digit) + stepping
+    /// (one hex digit), as in gfx1010, gfx1100, gfx90a, gfx942.
+    pub fn parse(name: &str) -> Option<Gfx> {
+        let digits = name.trim().to_ascii_lowercase();
+        let digits = digits.strip_prefix("gfx")?;
+        if digits.len() < 3 || !digits.is_ascii() {
+            return None;
+        }
+        let (major, rest) = digits.split_at(digits.len() - 2);
+        let minor = rest[..1].parse::<u32>().ok()?;
+        let stepping = u32::from_str_radix(&rest[1..], 16).ok()?;
+        if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) || major.len() > 2 {
+            return None;
+        }
+        let major: u32 = major.parse().ok()?;
+        if major == 0 {
+            return None;
+        }
+        Some(Gfx(major * 10000 + minor * 100 + stepping))
+    }
+}
+
+impl fmt::Display for Gfx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == 0 {
+            return write!(f, "unknown");
+        }
+        write!(
+            f,
+            "gfx{}{}{:x}",
+            self.major(),
+            self.minor(),
+            self.stepping()
+        )
+    }
+}
+
+/// Whether the platform lets this GPU do PCIe AtomicOps, from its io_links flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PcieAtomics {
+    Supported,
+    /// The kernel marked a link "no 32-bit / no 64-bit atomics" (kfd_set_iolink_no_atomics).
+    Unsupported,
+    Unknown,
+}
+
+/// io_link flag bits (amdkfd `CRAT_IOLINK_FLAGS_*`).
+pub mod link_flags {
+    pub const ENABLED: u64 = 0x1;
+    pub const NON_COHERENT: u64 = 0x2;
+    pub const NO_ATOMICS_32_BIT: u64 = 0x4;
+    pub const NO_ATOMICS_64_BIT: u64 = 0x8;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoLink {
+    pub index: u32,
+    pub link_type: Option<u64>,
+    pub node_to: Option<u64>,
+    pub flags: Option<u64>,
+}
+
+/// A GPU node of the KFD topology.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuNode {
+    pub node: u32,
+    /// Gfx(0) when the node does not say.
+    pub gfx: Gfx,
+    pub pci: Option<PciAddress>,
+    pub vendor_id: Option<u64>,
+    pub device_id: Option<u64>,
+    pub io_links: Vec<IoLink>,
+}
+
+impl GpuNode {
+    pub fn pcie_atomics(&self) -> PcieAtomics {
+        let flags: Vec<u64> = self.io_links.iter().filter_map(|l| l.flags).collect();
+        if flags.is_empty() {
+            PcieAtomics::Unknown
+        } else if flags
+            .iter()
+            .any(|f| f & (link_flags::NO_ATOMICS_32_BIT | link_flags::NO_ATOMICS_64_BIT) != 0)
+        {
+            PcieAtomics::Unsupported
+        } else {
+            PcieAtomics::Supported
+        }
+    }
+}
+
+/// What was read from a topology root.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Topology {
+    pub root: PathBuf,
+    pub cpu_nodes: u32,
+    pub gpus: Vec<GpuNode>,
+    /// Lines and files that could not be understood; reading goes on past them.
+    pub problems: Vec<String>,
+}
+
+/// The `name value` lines of a KFD properties file. Values are unsigned decimal; anything
+/// else is a problem, reported and skipped. The first occurrence of a name wins.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Properties {
+    pub values: Vec<(String, u64)>,
+    pub problems: Vec<String>,
+}
+
+impl Properties {
+    pub fn parse(text: &str) -> Properties {
+        let mut p = Properties::default();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut it = line.split_whitespace();
+            let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
+                p.problems
+                    .push(format!("line {}: not `name value`: {line:?}", n + 1));
+                continue;
+            };
+            let Ok(value) = value.parse::<u64>() else {
+                p.problems.push(format!(
+                    "line {}: {name}: not an unsigned number: {value:?}",
+                    n + 1
+                ));
+                continue;
+            };
+            if p.get(name).is_some() {
+                p.problems.push(format!(
+                    "line {}: {name} repeated; the first value is used",
+                    n + 1
+                ));
+                continue;
+            }
+            p.values.push((name.to_owned(), value));
+        }
+        p
+    }
+
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.values.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
+
+/// Numbered subdirectories of `dir`, sorted by number.
+fn numbered_dirs(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if let Some(n) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        {
+            out.push((n, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Files larger than this are not KFD properties files.
+const MAX_PROPERTIES_BYTES: u64 = 64 * 1024;
+
+fn read_properties(path: &Path, problems: &mut Vec<String>) -> Option<Properties> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| problems.push(format!("{}: {e}", path.display())))
+        .ok()?;
+    let mut text = String::new();
+    use std::io::Read;
+    if let Err(e) = file.take(MAX_PROPERTIES_BYTES).read_to_string(&mut text) {
+        problems.push(format!("{}: {e}", path.display()));
+        return None;
+    }
+    let props = Properties::parse(&text);
+    problems.extend(
+        props
+            .problems
+            .iter()
+            .map(|m| format!("{}: {m}", path.display())),
+    );
+    Some(props)
+}
+
+impl Topology {
+    /// Reads `root/nodes/*`. An error means there is no readable topology at all.
+    pub fn read(root: &Path) -> std::io::Result<Topology> {
+        let mut topo = Topology {
+            root: root.to_path_buf(),
+            ..Topology::default()
+        };
+        for (node, dir) in numbered_dirs(&root.join("nodes"))? {
+            let Some(props) = read_properties(&dir.join("properties"), &mut topo.problems) else {
+                continue;
+            };
+            if props.get("simd_count").unwrap_or(0) == 0 {
+                if props.values.is_empty() {
+                    topo.problems
+                        .push(format!("node {node}: properties file is empty"));
+                } else {
+                    topo.cpu_nodes += 1;
+                }
+                continue;
+            }
+            let gfx = match props.get("gfx_target_version") {
+                Some(v) if v > 0 && v < u64::from(u32::MAX) => Gfx(v as u32),
+                _ => {
+                    topo.problems.push(format!(
+                        "node {node}: GPU without a usable gfx_target_version"
+                    ));
+                    Gfx(0)
+                }
+            };
+            let pci = match (props.get("domain"), props.get("location_id")) {
+                (Some(d), Some(l)) if d <= u64::from(u32::MAX) && l <= 0xffff => {
+                    Some(PciAddress::from_kfd(d as u32, l as u32))
+                }
+                _ => {
+                    topo.problems
+                        .push(format!("node {node}: GPU without a usable PCI location"));
+                    None
+                }
+            };
+            let mut io_links = Vec::new();
+            if let Ok(links) = numbered_dirs(&dir.join("io_links")) {
+                for (index, ldir) in links {
+                    if let Some(lp) = read_properties(&ldir.join("properties"), &mut topo.problems)
+                    {
+                        io_links.push(IoLink {
+                            index,
+                            link_type: lp.get("type"),
+                            node_to: lp.get("node_to"),
+                            flags: lp.get("flags"),
+                        });
+                    }
+                }
+            }
+            topo.gpus.push(GpuNode {
+                node,
+                gfx,
+                pci,
+                vendor_id: props.get("vendor_id"),
+                device_id: props.get("device_id"),
+                io_links,
+            });
+        }
+        Ok(topo)
+    }
+
+    /// The GPU node at a PCI address.
+    pub fn gpu_at(&self, pci: PciAddress) -> Option<&GpuNode> {
+        self.gpus.iter().find(|g| g.pci == Some(pci))
+    }
+}
+
+/// Whether rmcp rewrites allocations for this GPU under `cfg` (ignoring RMCP_MODE=off,
+/// which changes what is done, not what is affected).
+pub fn is_affected(gpu: &GpuNode, cfg: &Config) -> bool {
+    cfg.mode == Mode::Force || cfg.is_target(gpu.gfx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gfx_names_round_trip() {
+        for (name, v) in [
+            ("gfx1010", 100100),
+            ("gfx1013", 100103),
+            ("gfx1030", 100300),
+            ("gfx1036", 100306),
+            ("gfx1100", 110000),
+            ("gfx90a", 90010),
+            ("gfx942", 90402),
+            ("gfx803", 80003),
+        ] {
+            let g = Gfx::parse(name).unwrap();
+            assert_eq!(g, Gfx(v), "{name}");
+            assert_eq!(g.to_string(), name);
+        }
+        assert_eq!(Gfx::parse("GFX1031"), Some(Gfx(100301)));
+        for bad in [
+            "", "gfx", "gfx10", "1010", "gfx10z0", "gfxa010", "gfx0010", "gfx10100", "gfx1é0",
+        ] {
+            assert_eq!(Gfx::parse(bad), None, "{bad}");
+        }
+        assert_eq!(Gfx(0).to_string(), "unknown");
+    }
+
+    #[test]
+    fn properties_parse_skips_garbage() {
+        let p = Properties::parse(
+            "simd_count 40\n\nnovalue\ngfx_target_version 100100\nbig 99999999999999999999\n\
+             neg -1\nsimd_count 80\n  location_id\t768  \nthree words here\n",
+        );
+        assert_eq!(p.get("simd_count"), Some(40));
+        assert_eq!(p.get("gfx_target_version"), Some(100100));
+        assert_eq!(p.get("location_id"), Some(768));
+        assert_eq!(p.get("big"), None);
+        assert_eq!(p.get("neg"), None);
+        assert_eq!(p.problems.len(), 5, "{:?}", p.problems);
+    }
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn reads_a_small_tree() {
+        let dir = std::env::temp_dir().join(format!("rmcp-topo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        write(
+            &dir,
+            "nodes/0/properties",
+            "cpu_cores_count 8\nsimd_count 0\n",
+        );
+        write(
+            &dir,
+            "nodes/1/properties",
+            "simd_count 40\ngfx_target_version 100100\ndomain 0\nlocation_id 768\nvendor_id 4098\ndevice_id 29471\n",
+        );
+        write(
+            &dir,
+            "nodes/1/io_links/0/properties",
+            "type 2\nnode_to 0\nflags 13\n",
+        );
+        write(
+            &dir,
+            "nodes/10/properties",
+            "simd_count 96\ngfx_target_version 110000\ndomain 1\nlocation_id 2560\n",
+        );
+        write(&dir, "nodes/10/io_links/0/properties", "flags 1\n");
+        write(&dir, "nodes/2/properties", "");
+        let t = Topology::read(&dir).unwrap();
+        assert_eq!(t.cpu_nodes, 1);
+        assert_eq!(t.gpus.len(), 2);
+        assert_eq!(t.gpus[0].node, 1);
+        assert_eq!(t.gpus[0].gfx.to_string(), "gfx1010");
+        assert_eq!(t.gpus[0].pci.unwrap().to_string(), "0000:03:00.0");
+        assert_eq!(t.gpus[0].pcie_atomics(), PcieAtomics::Unsupported);
+        assert_eq!(t.gpus[1].node, 10, "numeric, not lexical, order");
+        assert_eq!(t.gpus[1].pci.unwrap().to_string(), "0001:0a:00.0");
+        assert_eq!(t.gpus[1].pcie_atomics(), PcieAtomics::Supported);
+        assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
+        let pci = PciAddress::parse("0001:0a:00.0").unwrap();
+        assert_eq!(t.gpu_at(pci).unwrap().node, 10);
+        let cfg = Config::default();
+        assert!(is_affected(&t.gpus[0], &cfg));
+        assert!(!is_affected(&t.gpus[1], &cfg));
+        let forced = Config {
+            mode: Mode::Force,
+            ..Config::default()
+        };
+        assert!(is_affected(&t.gpus[1], &forced));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn missing_root_is_an_error() {
+        assert!(Topology::read(Path::new("/nonexistent/rmcp/topology")).is_err());
+    }
+}
