@@ -1,0 +1,330 @@
+//! How the runtime gets into the process, and which copy the shim forwards to.
+
+mod common;
+use common::*;
+
+const NC: u32 = 0x8000_0000;
+
+fn maps(out: &Out) -> Vec<String> {
+    out.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("maps "))
+        .filter(|l| !l.starts_with("count="))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn directly_linked_app() {
+    for major in [5, 6] {
+        let out = Run::probe(major)
+            .args(["hipHostMalloc:4096:0", "maps"])
+            .run();
+        out.assert_success();
+        assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
+        assert_eq!(
+            out.record
+                .iter()
+                .find(|r| r.func == "hipHostMalloc")
+                .unwrap()
+                .caller,
+            "librmcp_shim.so"
+        );
+        assert_eq!(maps(&out).len(), 1, "one runtime copy: {}", out.stdout);
+    }
+}
+
+#[test]
+fn framework_loaded_rtld_local() {
+    // The Python-extension shape: the runtime is a dependency of an RTLD_LOCAL dlopen, so
+    // it is not in the global scope and dlsym(RTLD_NEXT) from the shim finds nothing.
+    for major in [5, 6] {
+        let out = Run::framework(major)
+            .args(["hipHostMalloc:4096:0", "hipMemAllocHost:64", "maps"])
+            .run();
+        out.assert_success();
+        assert_eq!(
+            out.allocs(),
+            [("hipHostMalloc".into(), NC), ("hipHostMalloc".into(), NC)]
+        );
+        assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
+        assert!(out.stdout.contains("rc=0 ptr=1"), "{}", out.stdout);
+    }
+}
+
+#[test]
+fn python_ctypes_loading_a_framework() {
+    let Ok(python) = which("python3") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is required in CI"
+        );
+        eprintln!("skipped: no python3");
+        return;
+    };
+    let script = r#"
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])  # RTLD_LOCAL, as CPython loads extension modules
+args = [a.encode() for a in sys.argv[1:]]
+argv = (ctypes.c_char_p * len(args))(*args)
+sys.stdout.flush()
+sys.exit(lib.probe_main(len(args), argv))
+"#;
+    let mut run = Run::new(5, &python);
+    run.cmd.args(["-c", script]).arg(framework(5)).args([
+        "hipHostMalloc:4096:2",
+        "hipExtMallocWithFlags:4096:1",
+        "maps",
+    ]);
+    let out = run.run();
+    out.assert_success();
+    assert_eq!(
+        out.allocs(),
+        [
+            ("hipHostMalloc".into(), NC | 2),
+            ("hipExtMallocWithFlags".into(), 0)
+        ]
+    );
+    assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
+}
+
+#[test]
+fn two_copies_mapped_uses_the_first_and_maps_no_other() {
+    // A bundled copy loaded by path first (as PyTorch wheels do), then the framework that
+    // needs the system soname: two runtimes are mapped; the shim forwards to the first in
+    // load order, warns once naming both, and maps no third.
+    let bundled = fake_dir(6).join("libamdhip64.so.6");
+    let mut run = Run::new(5, &dlopen_client());
+    run.cmd
+        .arg("--first")
+        .arg(&bundled)
+        .arg(framework(5))
+        .args(["hipHostMalloc:4096:0", "hipMalloc:64", "maps"]);
+    let out = run.run();
+    out.assert_success();
+    let m = maps(&out);
+    assert_eq!(m.len(), 2, "{}", out.stdout);
+    let libs: Vec<&str> = out
+        .record
+        .iter()
+        .filter(|r| ALLOCATORS.contains(&r.func.as_str()))
+        .map(|r| r.lib.as_str())
+        .collect();
+    assert_eq!(
+        libs,
+        ["libamdhip64.so.6", "libamdhip64.so.6"],
+        "forwarded to the first copy"
+    );
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("copies of the HIP runtime"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", out.stderr);
+    assert!(
+        warnings[0].contains("libamdhip64.so.6") && warnings[0].contains("libamdhip64.so.5"),
+        "{}",
+        warnings[0]
+    );
+}
+
+/// Calls the shim's hipHostMalloc directly, in a process where no runtime is mapped.
+fn call_shim_without_runtime(run: Run) -> Out {
+    let python = which("python3").expect("python3");
+    let script = r#"
+import ctypes, sys
+shim = ctypes.CDLL(sys.argv[1])
+p = ctypes.c_void_p()
+rc = shim.hipHostMalloc(ctypes.byref(p), ctypes.c_size_t(4096), ctypes.c_uint(0))
+maps = sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libamdhip64' in l})
+print("rc=%d ptr=%d" % (rc, p.value is not None))
+for m in maps: print("maps " + m)
+"#;
+    let mut run = run.env_remove("LD_PRELOAD");
+    run.cmd.arg("-c").arg(script).arg(shim());
+    let _ = python;
+    run.run()
+}
+
+#[test]
+fn nothing_mapped_loads_the_newest_soname_or_the_configured_library() {
+    if which("python3").is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is required in CI"
+        );
+        return;
+    }
+    let python = which("python3").unwrap();
+    let path = std::env::join_paths([fake_dir(5), fake_dir(7), fake_dir(6)]).unwrap();
+
+    let out = call_shim_without_runtime(Run::new(5, &python).env("LD_LIBRARY_PATH", &path));
+    out.assert_success();
+    assert!(out.stdout.starts_with("rc=0 ptr=1"), "{}", out.stdout);
+    assert_eq!(
+        out.record
+            .iter()
+            .find(|r| r.func == "hipHostMalloc")
+            .unwrap()
+            .lib,
+        "libamdhip64.so.7"
+    );
+    assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
+
+    let configured = fake_dir(6).join("libamdhip64.so.6");
+    let out = call_shim_without_runtime(
+        Run::new(5, &python)
+            .env("LD_LIBRARY_PATH", &path)
+            .env("RMCP_HIP_LIBRARY", &configured),
+    );
+    assert_eq!(
+        out.record
+            .iter()
+            .find(|r| r.func == "hipHostMalloc")
+            .unwrap()
+            .lib,
+        "libamdhip64.so.6"
+    );
+
+    // A configured path that does not load: the sonames are tried next. With none on the
+    // library path, the system's runtime is loaded if there is one (Debian's 5.2.3, which
+    // answers 101 without a GPU); else the caller gets 302 and one error line.
+    let out = call_shim_without_runtime(
+        Run::new(5, &python)
+            .env("LD_LIBRARY_PATH", "/nonexistent")
+            .env("RMCP_HIP_LIBRARY", "/nonexistent/libamdhip64.so.6"),
+    );
+    if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists() {
+        assert!(out.stdout.starts_with("rc=101 ptr=0"), "{}", out.stdout);
+        assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
+        assert!(maps(&out)[0].contains("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5"));
+    } else {
+        assert!(out.stdout.starts_with("rc=302 ptr=0"), "{}", out.stdout);
+        assert_eq!(
+            out.stderr.matches("no HIP runtime is mapped").count(),
+            1,
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("/nonexistent/libamdhip64.so.6"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn get_proc_address_hands_back_the_shim_for_hooked_names() {
+    let out = Run::probe(6)
+        .args([
+            "procaddr:hipHostMalloc",
+            "procaddr:hipFree",
+            "procaddr:hipMalloc",
+        ])
+        .run();
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    // same_as_direct=1: the pointer equals what the probe's own symbol lookup gives, the
+    // shim's export; a call through it is rewritten.
+    assert!(
+        lines[0].starts_with("procaddr hipHostMalloc rc=0 status=0 found=1 same_as_direct=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[1].starts_with("procaddr-call rc=0 ptr=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[2].contains("procaddr hipFree rc=0") && lines[2].contains("found=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[3].contains("procaddr hipMalloc rc=0") && lines[3].contains("same_as_direct=1"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
+    assert_eq!(out.stat("hipGetProcAddress", "calls"), 3);
+
+    // Off: the runtime's own function comes back, and the call is not rewritten.
+    let out = Run::probe(6)
+        .mode("off")
+        .args(["procaddr:hipHostMalloc"])
+        .run();
+    assert!(out.stdout.contains("same_as_direct=0"), "{}", out.stdout);
+    assert_eq!(out.allocs(), [("hipHostMalloc".into(), 0)]);
+
+    // An unknown name: the runtime's answer, untouched.
+    let out = Run::probe(6).args(["procaddr:hipNoSuchThing"]).run();
+    let without = Run::probe(6)
+        .no_shim()
+        .args(["procaddr:hipNoSuchThing"])
+        .run();
+    assert_eq!(out.stdout, without.stdout);
+}
+
+#[test]
+fn a_hook_the_runtime_lacks_returns_302_and_logs_once() {
+    // 5.x has no hipGetProcAddress; the probe finds the shim's export and calls it twice.
+    let out = Run::probe(5)
+        .args(["procaddr:hipHostMalloc", "procaddr:hipMalloc"])
+        .run();
+    out.assert_success();
+    assert!(
+        out.stdout.contains("procaddr hipHostMalloc rc=302"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("procaddr hipMalloc rc=302"),
+        "{}",
+        out.stdout
+    );
+    let errors: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("hipGetProcAddress"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", out.stderr);
+    assert!(
+        errors[0].contains("error") && errors[0].contains("does not export"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(out.stat("hipGetProcAddress", "errors"), 2);
+}
+
+#[test]
+fn exempt_callers_are_left_alone() {
+    let out = Run::framework(5)
+        .env("RMCP_EXEMPT", "libframework")
+        .args(["hipHostMalloc:4096:0"])
+        .run();
+    assert_eq!(out.allocs(), [("hipHostMalloc".into(), 0)]);
+    // The same call from the probe executable is not exempt.
+    let out = Run::probe(5)
+        .env("RMCP_EXEMPT", "libframework")
+        .args(["hipHostMalloc:4096:0"])
+        .run();
+    assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
+    // Clearing RMCP_EXEMPT exempts nothing.
+    let out = Run::framework(5)
+        .env("RMCP_EXEMPT", "")
+        .args(["hipHostMalloc:4096:0"])
+        .run();
+    assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
+}
+
+pub fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|p| p.exists())
+        })
+        .ok_or(())
+}
