@@ -89,8 +89,8 @@ fn main() {
 
     println!("rmcp demo: fake HIP runtime 6.4, KFD fixture tests/fixtures/rdna1 (gfx1010)\n");
     println!(
-        "{:<30} {:<34} {}",
-        "the application calls", "the runtime receives", "with rmcp"
+        "{:<30} {:<34} with rmcp",
+        "the application calls", "the runtime receives"
     );
     for (i, (call, what)) in CALLS.iter().enumerate() {
         let a = without.get(i).map_or("?", String::as_str);

@@ -54,7 +54,7 @@ fn framework_loaded_rtld_local() {
 
 #[test]
 fn python_ctypes_loading_a_framework() {
-    let Ok(python) = which("python3") else {
+    let Some(python) = which("python3") else {
         assert!(
             std::env::var_os("CI").is_none(),
             "python3 is required in CI"
@@ -148,7 +148,7 @@ for m in maps: print("maps " + m)
 
 #[test]
 fn nothing_mapped_loads_the_newest_soname_or_the_configured_library() {
-    if which("python3").is_err() {
+    if which("python3").is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
             "python3 is required in CI"
@@ -319,12 +319,10 @@ fn exempt_callers_are_left_alone() {
     assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
 }
 
-pub fn which(name: &str) -> Result<std::path::PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .find(|p| p.exists())
-        })
-        .ok_or(())
+pub fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    })
 }

@@ -450,6 +450,6 @@ fn devices_and_runtime_appear_in_stats() {
     assert_eq!(devices[0]["affected"], true);
     assert_eq!(devices[1]["gfx"], "gfx1100");
     assert_eq!(devices[1]["affected"], false);
-    assert_eq!(s["pid"].as_u64().unwrap() > 0, true);
+    assert!(s["pid"].as_u64().unwrap() > 0);
     assert_eq!(out.stat("hipMalloc", "bytes"), 100);
 }

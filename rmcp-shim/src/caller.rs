@@ -73,13 +73,13 @@ mod tests {
     #[test]
     fn matches_by_substring_of_the_object_path_and_caches() {
         // An address inside libc: `strlen` as a function pointer.
-        let addr = libc::strlen as usize;
+        let addr = libc::strlen as *const () as usize;
         let libc_pat = vec!["libc.so".to_string()];
         let other = vec!["librccl".to_string()];
         assert!(is_exempt(addr, &libc_pat));
         assert!(is_exempt(addr, &libc_pat), "cached answer");
         // An address in this test binary: never libc.
-        let own = matches_by_substring_of_the_object_path_and_caches as usize;
+        let own = matches_by_substring_of_the_object_path_and_caches as *const () as usize;
         assert!(!is_exempt(own, &other));
         assert!(!is_exempt(own, &[]));
         assert!(!is_exempt(0, &libc_pat));

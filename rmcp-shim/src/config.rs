@@ -302,9 +302,11 @@ mod tests {
         assert!(!c.is_target(Gfx::parse("gfx1014").unwrap()));
     }
 
+    type Check = fn(&Config) -> bool;
+
     #[test]
     fn accepted_values() {
-        let table: &[(&str, &str, fn(&Config) -> bool)] = &[
+        let table: &[(&str, &str, Check)] = &[
             ("RMCP_MODE", "force", |c| c.mode == Mode::Force),
             ("RMCP_MODE", "DRY-RUN", |c| c.mode == Mode::DryRun),
             ("RMCP_MODE", " off ", |c| c.mode == Mode::Off),
@@ -325,7 +327,7 @@ mod tests {
                 c.log_file.as_deref() == Some(std::path::Path::new("/x/log"))
             }),
             ("RMCP_SYSFS_ROOT", "fix", |c| {
-                c.sysfs_root == PathBuf::from("fix")
+                c.sysfs_root == std::path::Path::new("fix")
             }),
         ];
         for (name, value, check) in table {

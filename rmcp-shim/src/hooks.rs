@@ -29,6 +29,7 @@ macro_rules! hooks {
             ///
             /// # Safety
             /// The runtime's contract for this function.
+            #[allow(non_snake_case)]
             #[cfg_attr(not(test), unsafe(no_mangle))]
             #[unsafe(naked)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> HipError {
