@@ -394,3 +394,69 @@ fn a_process_that_never_calls_hip_pays_nothing() {
         assert!(!t.contains(needle), "{needle} touched:\n{t}");
     }
 }
+
+#[test]
+fn fork_after_the_first_call_keeps_working_with_its_own_stats() {
+    let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is required in CI"
+        );
+        return;
+    };
+    let script = r#"
+import ctypes, os, sys
+lib = ctypes.CDLL(sys.argv[1])
+def call(*steps):
+    args = [sys.argv[1].encode()] + [s.encode() for s in steps]
+    sys.stdout.flush()
+    rc = lib.probe_main(len(args), (ctypes.c_char_p * len(args))(*args))
+    sys.stdout.flush()
+    return rc
+call("hipHostMalloc:4096:0")
+pid = os.fork()
+if pid == 0:
+    call("hipHostMalloc:4096:2", "hipHostMalloc:4096:4")
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+call("hipMalloc:64")
+print("child-status", status)
+"#;
+    let mut run = Run::new(5, &python);
+    let template = run.dir().join("s-%p.json");
+    run = run.env("RMCP_STATS_FILE", &template);
+    run.cmd.args(["-c", script]).arg(framework(5));
+    let out = run.run();
+    out.assert_success();
+    assert!(out.stdout.contains("child-status 0"), "{}", out.stdout);
+    assert_eq!(
+        out.allocs(),
+        [
+            ("hipHostMalloc".into(), NC),
+            ("hipHostMalloc".into(), NC | 2),
+            ("hipHostMalloc".into(), NC | 4),
+            ("hipMalloc".into(), 0),
+        ]
+    );
+    let mut reports: Vec<serde_json::Value> = std::fs::read_dir(out.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("s-"))
+        .map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
+        .collect();
+    assert_eq!(reports.len(), 2, "one report per process");
+    reports.sort_by_key(|r| r["calls"]["hipMalloc"]["calls"].as_u64());
+    let (child, parent) = (&reports[0], &reports[1]);
+    assert_ne!(child["pid"], parent["pid"]);
+    assert_eq!(
+        child["calls"]["hipHostMalloc"]["calls"], 2,
+        "the child counts its own calls only"
+    );
+    assert_eq!(child["calls"]["hipMalloc"]["calls"], 0);
+    assert_eq!(parent["calls"]["hipHostMalloc"]["calls"], 1);
+    assert_eq!(parent["calls"]["hipMalloc"]["calls"], 1);
+}

@@ -394,3 +394,106 @@ mod tests {
         assert!(Topology::read(Path::new("/nonexistent/rmcp/topology")).is_err());
     }
 }
+
+#[cfg(test)]
+mod fixture_tests {
+    //! The committed KFD fixtures (tests/fixtures/) read through the same parser.
+    use super::*;
+
+    fn read(name: &str) -> Topology {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(name);
+        Topology::read(&root).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    fn summary(t: &Topology) -> Vec<(String, String, PcieAtomics)> {
+        t.gpus
+            .iter()
+            .map(|g| {
+                (
+                    g.gfx.to_string(),
+                    g.pci.map_or_else(|| "none".into(), |p| p.to_string()),
+                    g.pcie_atomics(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_fixture_reads_as_its_readme_says() {
+        use PcieAtomics::*;
+        let s = |g: &str, p: &str, a| (g.to_string(), p.to_string(), a);
+        let table = [
+            ("rdna1", 1, vec![s("gfx1010", "0000:03:00.0", Unsupported)]),
+            ("rdna2", 1, vec![s("gfx1031", "0000:03:00.0", Supported)]),
+            ("rdna3", 1, vec![s("gfx1100", "0000:03:00.0", Supported)]),
+            (
+                "mixed",
+                1,
+                vec![
+                    s("gfx1010", "0000:03:00.0", Unsupported),
+                    s("gfx1100", "0000:0a:00.0", Supported),
+                ],
+            ),
+            ("cpu-only", 1, vec![]),
+            (
+                "two-cpu-mixed-domain",
+                2,
+                vec![
+                    s("gfx1031", "0001:41:00.0", Unsupported),
+                    s("gfx1100", "0000:c1:00.0", Supported),
+                ],
+            ),
+        ];
+        for (name, cpus, gpus) in table {
+            let t = read(name);
+            assert_eq!(t.cpu_nodes, cpus, "{name}");
+            assert_eq!(summary(&t), gpus, "{name}");
+            assert!(t.problems.is_empty(), "{name}: {:?}", t.problems);
+        }
+        let eight = read("eight-gpu");
+        assert_eq!(eight.gpus.len(), 8);
+        assert!(eight.gpus.iter().all(|g| g.gfx == Gfx(100300)));
+        let addrs: Vec<String> = eight
+            .gpus
+            .iter()
+            .map(|g| g.pci.unwrap().to_string())
+            .collect();
+        assert_eq!(addrs[7], "0000:18:00.0");
+    }
+
+    #[test]
+    fn malformed_fixture_reads_what_it_can_and_reports_the_rest() {
+        let t = read("malformed");
+        assert_eq!(t.cpu_nodes, 1);
+        // Node 1: garbage around good keys; node 2: no gfx_target_version.
+        assert_eq!(t.gpus.len(), 2, "{:?}", t.gpus);
+        assert_eq!(t.gpus[0].node, 1);
+        assert_eq!(t.gpus[0].gfx.to_string(), "gfx1010");
+        assert_eq!(t.gpus[0].pci.unwrap().to_string(), "0000:03:00.0");
+        assert_eq!(
+            t.gpus[0].pcie_atomics(),
+            PcieAtomics::Unknown,
+            "flags notanumber"
+        );
+        assert_eq!(t.gpus[1].gfx, Gfx(0));
+        assert!(
+            !is_affected(&t.gpus[1], &Config::default()),
+            "unknown gfx is not a target"
+        );
+        let all = t.problems.join("\n");
+        for needle in [
+            "not an unsigned number",
+            "repeated",
+            "gfx_target_version",
+            "empty",
+            "No such file",
+        ] {
+            assert!(
+                all.contains(needle),
+                "no problem mentioning {needle:?}:\n{all}"
+            );
+        }
+    }
+}
