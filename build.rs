@@ -24,6 +24,7 @@ const FAKE_HIP_MAP: &str = "tests/fake-hip/hip.map";
 const FAKE_HIP_MAP_5: &str = "tests/fake-hip/hip.map.5";
 const PROBE_SRC: &str = "examples/hip_probe.c";
 const DLOPEN_CLIENT_SRC: &str = "tests/c/dlopen_client.c";
+const HOTPATH_SRC: &str = "tests/c/hotpath.c";
 
 const CFLAGS: &[&str] = &["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"];
 
@@ -35,6 +36,7 @@ fn main() {
         FAKE_HIP_MAP_5,
         PROBE_SRC,
         DLOPEN_CLIENT_SRC,
+        HOTPATH_SRC,
     ] {
         println!("cargo:rerun-if-changed={path}");
     }
@@ -120,6 +122,21 @@ fn main() {
             framework.display()
         );
     }
+
+    // The hot-path checker: linked to the .so.6 fake, with its own malloc family.
+    let hotpath = out.join("hotpath");
+    let fake6 = out.join("fake-hip-6");
+    cc.run(
+        "hotpath",
+        &[
+            "-o".into(),
+            hotpath.display().to_string(),
+            src(HOTPATH_SRC).display().to_string(),
+            format!("-L{}", fake6.display()),
+            "-lamdhip64".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_HOTPATH={}", hotpath.display());
 
     let client = out.join("dlopen_client");
     cc.run(
