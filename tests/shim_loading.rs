@@ -5,15 +5,6 @@ use common::*;
 
 const NC: u32 = 0x8000_0000;
 
-fn maps(out: &Out) -> Vec<String> {
-    out.stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("maps "))
-        .filter(|l| !l.starts_with("count="))
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn directly_linked_app() {
     for major in [5, 6] {
@@ -30,7 +21,7 @@ fn directly_linked_app() {
                 .caller,
             "librmcp_shim.so"
         );
-        assert_eq!(maps(&out).len(), 1, "one runtime copy: {}", out.stdout);
+        assert_eq!(out.maps().len(), 1, "one runtime copy: {}", out.stdout);
     }
 }
 
@@ -47,31 +38,16 @@ fn framework_loaded_rtld_local() {
             out.allocs(),
             [("hipHostMalloc".into(), NC), ("hipHostMalloc".into(), NC)]
         );
-        assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
+        assert_eq!(out.maps().len(), 1, "{}", out.stdout);
         assert!(out.stdout.contains("rc=0 ptr=1"), "{}", out.stdout);
     }
 }
 
 #[test]
 fn python_ctypes_loading_a_framework() {
-    let Some(python) = which("python3") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is required in CI"
-        );
-        eprintln!("skipped: no python3");
-        return;
-    };
-    let script = r#"
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])  # RTLD_LOCAL, as CPython loads extension modules
-args = [a.encode() for a in sys.argv[1:]]
-argv = (ctypes.c_char_p * len(args))(*args)
-sys.stdout.flush()
-sys.exit(lib.probe_main(len(args), argv))
-"#;
+    let Some(python) = python3() else { return };
     let mut run = Run::new(5, &python);
-    run.cmd.args(["-c", script]).arg(framework(5)).args([
+    run.cmd.args(["-c", CTYPES_PROBE]).arg(framework(5)).args([
         "hipHostMalloc:4096:2",
         "hipExtMallocWithFlags:4096:1",
         "maps",
@@ -85,7 +61,7 @@ sys.exit(lib.probe_main(len(args), argv))
             ("hipExtMallocWithFlags".into(), 0)
         ]
     );
-    assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
+    assert_eq!(out.maps().len(), 1, "{}", out.stdout);
 }
 
 #[test]
@@ -102,7 +78,7 @@ fn two_copies_mapped_uses_the_first_and_maps_no_other() {
         .args(["hipHostMalloc:4096:0", "hipMalloc:64", "maps"]);
     let out = run.run();
     out.assert_success();
-    let m = maps(&out);
+    let m = out.maps();
     assert_eq!(m.len(), 2, "{}", out.stdout);
     let libs: Vec<&str> = out
         .record
@@ -115,11 +91,7 @@ fn two_copies_mapped_uses_the_first_and_maps_no_other() {
         ["libamdhip64.so.6", "libamdhip64.so.6"],
         "forwarded to the first copy"
     );
-    let warnings: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("copies of the HIP runtime"))
-        .collect();
+    let warnings = out.stderr_lines("copies of the HIP runtime");
     assert_eq!(warnings.len(), 1, "{}", out.stderr);
     assert!(
         warnings[0].contains("libamdhip64.so.6") && warnings[0].contains("libamdhip64.so.5"),
@@ -130,7 +102,6 @@ fn two_copies_mapped_uses_the_first_and_maps_no_other() {
 
 /// Calls the shim's hipHostMalloc directly, in a process where no runtime is mapped.
 fn call_shim_without_runtime(run: Run) -> Out {
-    let python = which("python3").expect("python3");
     let script = r#"
 import ctypes, sys
 shim = ctypes.CDLL(sys.argv[1])
@@ -142,20 +113,12 @@ for m in maps: print("maps " + m)
 "#;
     let mut run = run.env_remove("LD_PRELOAD");
     run.cmd.arg("-c").arg(script).arg(shim());
-    let _ = python;
     run.run()
 }
 
 #[test]
 fn nothing_mapped_loads_the_newest_soname_or_the_configured_library() {
-    if which("python3").is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is required in CI"
-        );
-        return;
-    }
-    let python = which("python3").unwrap();
+    let Some(python) = python3() else { return };
     let path = std::env::join_paths([fake_dir(5), fake_dir(7), fake_dir(6)]).unwrap();
 
     let out = call_shim_without_runtime(Run::new(5, &python).env("LD_LIBRARY_PATH", &path));
@@ -169,7 +132,7 @@ fn nothing_mapped_loads_the_newest_soname_or_the_configured_library() {
             .lib,
         "libamdhip64.so.7"
     );
-    assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
+    assert_eq!(out.maps().len(), 1, "{}", out.stdout);
 
     let configured = fake_dir(6).join("libamdhip64.so.6");
     let out = call_shim_without_runtime(
@@ -196,8 +159,8 @@ fn nothing_mapped_loads_the_newest_soname_or_the_configured_library() {
     );
     if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists() {
         assert!(out.stdout.starts_with("rc=101 ptr=0"), "{}", out.stdout);
-        assert_eq!(maps(&out).len(), 1, "{}", out.stdout);
-        assert!(maps(&out)[0].contains("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5"));
+        assert_eq!(out.maps().len(), 1, "{}", out.stdout);
+        assert!(out.maps()[0].contains("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5"));
     } else {
         assert!(out.stdout.starts_with("rc=302 ptr=0"), "{}", out.stdout);
         assert_eq!(
@@ -284,11 +247,7 @@ fn a_hook_the_runtime_lacks_returns_302_and_logs_once() {
         "{}",
         out.stdout
     );
-    let errors: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("hipGetProcAddress"))
-        .collect();
+    let errors = out.stderr_lines("hipGetProcAddress");
     assert_eq!(errors.len(), 1, "{}", out.stderr);
     assert!(
         errors[0].contains("error") && errors[0].contains("does not export"),
@@ -317,12 +276,4 @@ fn exempt_callers_are_left_alone() {
         .args(["hipHostMalloc:4096:0"])
         .run();
     assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
-}
-
-pub fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(name))
-            .find(|p| p.exists())
-    })
 }

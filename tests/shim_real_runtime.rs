@@ -156,26 +156,9 @@ fn force_mode_rewrites_and_falls_back_on_the_real_runtime() {
 #[test]
 fn python_ctypes_with_the_real_runtime() {
     let Some(_) = real_runtime() else { return };
-    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists());
-    let Some(python) = python else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is required in CI"
-        );
-        return;
-    };
-    let script = r#"
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-args = [a.encode() for a in sys.argv[1:]]
-argv = (ctypes.c_char_p * len(args))(*args)
-sys.stdout.flush()
-sys.exit(lib.probe_main(len(args), argv))
-"#;
-    let mut with = real(Run::new(5, std::path::Path::new(python))).mode("force");
-    with.cmd.args(["-c", script]).arg(framework(5)).args([
+    let Some(python) = python3() else { return };
+    let mut with = real(Run::new(5, &python)).mode("force");
+    with.cmd.args(["-c", CTYPES_PROBE]).arg(framework(5)).args([
         "hipHostMalloc:4096:0",
         "hipMemAllocHost:64",
         "maps",

@@ -37,11 +37,7 @@ fn rejected_rewrite_is_retried_as_asked() {
     assert_eq!(out.stat("hipHostMalloc", "fallbacks"), 2);
     assert_eq!(out.stat("hipHostMalloc", "errors"), 0);
     assert_eq!(out.stat("hipMemAllocHost", "fallbacks"), 1);
-    let warnings: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("retried as the caller asked"))
-        .collect();
+    let warnings = out.stderr_lines("retried as the caller asked");
     assert_eq!(warnings.len(), 2, "once per function: {}", out.stderr);
 
     // The caller's call fails too: that answer, bit for bit.
@@ -397,17 +393,7 @@ fn a_process_that_never_calls_hip_pays_nothing() {
 
 #[test]
 fn fork_after_the_first_call_keeps_working_with_its_own_stats() {
-    let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
-        .into_iter()
-        .map(std::path::PathBuf::from)
-        .find(|p| p.exists())
-    else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is required in CI"
-        );
-        return;
-    };
+    let Some(python) = python3() else { return };
     let script = r#"
 import ctypes, os, sys
 lib = ctypes.CDLL(sys.argv[1])

@@ -151,6 +151,21 @@ impl Out {
             .unwrap_or_else(|| panic!("stats has no calls.{func}.{field}: {s}"))
     }
 
+    /// The libamdhip64 files mapped in the process, from the probe's `maps` step.
+    pub fn maps(&self) -> Vec<String> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("maps "))
+            .filter(|l| !l.starts_with("count="))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Lines of stderr containing `needle`.
+    pub fn stderr_lines(&self, needle: &str) -> Vec<&str> {
+        self.stderr.lines().filter(|l| l.contains(needle)).collect()
+    }
+
     pub fn assert_success(&self) -> &Self {
         assert!(
             self.status.success(),
@@ -276,3 +291,40 @@ pub fn real_runtime() -> Option<PathBuf> {
     }
     found
 }
+
+/// An executable on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    })
+}
+
+/// python3, for the ctypes loading shape. Missing: a skip, but a failure in CI.
+pub fn python3() -> Option<PathBuf> {
+    let found = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| which("python3"));
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is required in CI"
+        );
+        eprintln!("skipped: no python3");
+    }
+    found
+}
+
+/// `python3 -c CTYPES_PROBE FRAMEWORK STEP...`: loads the framework library with ctypes
+/// (RTLD_LOCAL, as CPython loads extension modules) and calls its probe_main.
+pub const CTYPES_PROBE: &str = r#"
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+args = [a.encode() for a in sys.argv[1:]]
+argv = (ctypes.c_char_p * len(args))(*args)
+sys.stdout.flush()
+sys.exit(lib.probe_main(len(args), argv))
+"#;
