@@ -1,0 +1,216 @@
+//! Doctor output: aligned text for people (80 columns, colour only on a terminal and never
+//! with NO_COLOR), and JSON with the schema documented in docs/cli.md.
+
+use std::io::IsTerminal;
+
+use serde_json::{Value, json};
+
+use crate::doctor::{Report, SCHEMA_VERSION, Status};
+
+pub const WIDTH: usize = 80;
+const STATUS_W: usize = 5;
+const CHECK_W: usize = 13;
+/// Column where messages start: status, space, check, space.
+const INDENT: usize = STATUS_W + 1 + CHECK_W + 1;
+
+/// Colour when stdout is a terminal and NO_COLOR is unset or empty (no-color.org).
+pub fn use_colour() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stdout().is_terminal()
+}
+
+pub fn json(r: &Report) -> Value {
+    json!({
+        "rmcp": env!("CARGO_PKG_VERSION"),
+        "schema": SCHEMA_VERSION,
+        "sysfs": r.sysfs.display().to_string(),
+        "status": r.worst().as_str(),
+        "exit_status": r.exit_status(),
+        "summary": {
+            "ok": r.count(Status::Ok),
+            "info": r.count(Status::Info),
+            "warn": r.count(Status::Warn),
+            "error": r.count(Status::Error),
+        },
+        "gpus": r.gpus.iter().map(|g| g.to_json()).collect::<Vec<_>>(),
+        "libraries": r.libraries.iter().map(|l| l.to_json()).collect::<Vec<_>>(),
+        "findings": r.findings.iter().map(|f| f.to_json()).collect::<Vec<_>>(),
+    })
+}
+
+/// Splits a word longer than `width` after slashes (paths), else anywhere; URLs are kept
+/// whole so that they stay clickable.
+fn split_long(word: &str, width: usize) -> Vec<String> {
+    if word.chars().count() <= width || word.starts_with("http") {
+        return vec![word.to_string()];
+    }
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    for seg in word.split_inclusive('/') {
+        if !cur.is_empty() && cur.chars().count() + seg.chars().count() > width {
+            parts.push(std::mem::take(&mut cur));
+        }
+        cur.push_str(seg);
+        while cur.chars().count() > width {
+            let head: String = cur.chars().take(width).collect();
+            cur = cur.chars().skip(width).collect();
+            parts.push(head);
+        }
+    }
+    if !cur.is_empty() {
+        parts.push(cur);
+    }
+    parts
+}
+
+/// Greedy word wrap; words longer than `width` are split (see `split_long`).
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = String::new();
+    let words: Vec<String> = text
+        .split_whitespace()
+        .flat_map(|w| split_long(w, width))
+        .collect();
+    for word in &words {
+        if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(word);
+    }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    lines
+}
+
+fn paint(s: &str, status: Status, colour: bool) -> String {
+    if !colour {
+        return s.to_string();
+    }
+    let code = match status {
+        Status::Ok => "32",
+        Status::Info => "36",
+        Status::Warn => "33",
+        Status::Error => "1;31",
+    };
+    format!("\x1b[{code}m{s}\x1b[0m")
+}
+
+/// Source lines: at the message column when they fit, else as far left as needed for the
+/// longest (URLs are never broken; one longer than the screen starts at column 0).
+fn push_sources(out: &mut String, urls: &[&String]) {
+    let longest = urls.iter().map(|u| u.len() + 4).max().unwrap_or(0);
+    let indent = INDENT.min(WIDTH.saturating_sub(longest));
+    for url in urls {
+        out.push_str(&" ".repeat(indent));
+        out.push_str("see ");
+        out.push_str(url);
+        out.push('\n');
+    }
+}
+
+fn dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".to_string())
+}
+
+pub fn human(r: &Report, colour: bool) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("rmcp doctor {}\n", env!("CARGO_PKG_VERSION")));
+    for line in wrap(&format!("KFD topology: {}", r.sysfs.display()), WIDTH) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push('\n');
+
+    if r.gpus.is_empty() {
+        out.push_str("GPUs: none\n\n");
+    } else {
+        out.push_str("GPUs\n");
+        out.push_str(&format!(
+            "  {:<4} {:<8} {:<12} {:<6} {:<11} {:<8} {}\n",
+            "node", "gfx", "pci", "device", "atomics", "override", "rmcp"
+        ));
+        for g in &r.gpus {
+            let device = g.device_id.map(|d| format!("0x{d:04x}"));
+            let atomics = match g.pcie_atomics {
+                "supported" => "yes",
+                "unsupported" => "no",
+                _ => "unknown",
+            };
+            out.push_str(&format!(
+                "  {:<4} {:<8} {:<12} {:<6} {:<11} {:<8} {}\n",
+                g.node,
+                g.gfx,
+                dash(g.pci.clone()),
+                dash(device),
+                atomics,
+                dash(g.gfx_override.clone()),
+                g.rmcp
+            ));
+        }
+        out.push('\n');
+    }
+
+    out.push_str("Findings\n");
+    for f in &r.findings {
+        let lines = wrap(&f.message, WIDTH - INDENT);
+        for (i, line) in lines.iter().enumerate() {
+            if i == 0 {
+                let status = format!("{:<STATUS_W$}", f.status.as_str());
+                out.push_str(&paint(&status, f.status, colour));
+                out.push_str(&format!(" {:<CHECK_W$} ", f.check));
+            } else {
+                out.push_str(&" ".repeat(INDENT));
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        for d in &f.details {
+            for (i, line) in wrap(d, WIDTH - INDENT - 2).iter().enumerate() {
+                out.push_str(&" ".repeat(INDENT));
+                out.push_str(if i == 0 { "- " } else { "  " });
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        let urls: Vec<&String> = f.source.iter().chain(&f.see_also).collect();
+        push_sources(&mut out, &urls);
+    }
+    out.push('\n');
+    let errors = r.count(Status::Error);
+    let warns = r.count(Status::Warn);
+    out.push_str(&format!(
+        "{} error{}, {} warning{}, {} info, {} ok.\n",
+        errors,
+        if errors == 1 { "" } else { "s" },
+        warns,
+        if warns == 1 { "" } else { "s" },
+        r.count(Status::Info),
+        r.count(Status::Ok)
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_words_and_width() {
+        let text = "one two three four five six seven eight nine ten eleven twelve";
+        let lines = wrap(text, 15);
+        assert!(lines.iter().all(|l| l.len() <= 15), "{lines:?}");
+        assert_eq!(lines.join(" "), text);
+        let url = format!("https://{}", "x".repeat(30));
+        assert_eq!(wrap(&format!("a {url} b"), 10), vec!["a", &url, "b"]);
+        assert_eq!(
+            wrap("see /usr/lib/x86_64-linux-gnu/libamdhip64.so.5 now", 20),
+            vec!["see /usr/lib/", "x86_64-linux-gnu/", "libamdhip64.so.5 now"]
+        );
+        assert_eq!(wrap(&"y".repeat(25), 10).concat(), "y".repeat(25));
+        assert!(wrap("", 10).is_empty());
+    }
+}
