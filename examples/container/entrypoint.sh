@@ -1,0 +1,96 @@
+#!/bin/sh
+# rmcp container entrypoint: run the container's command with librmcp_shim.so preloaded.
+#
+#   ENTRYPOINT ["/usr/local/bin/rmcp-entrypoint"]
+#   CMD ["python3", "train.py"]
+#
+# With `rmcp` on PATH (or RMCP_BIN naming it) this execs `rmcp run -- "$@"`, which finds
+# the shim ($RMCP_SHIM, else next to rmcp, else ../lib/) and merges LD_PRELOAD. Without
+# it (or with RMCP_BIN set but empty) it does the same in sh: RMCP_SHIM, else the first
+# of /usr/local/lib, /usr/lib, /opt/rmcp/lib and this script's directory holding
+# librmcp_shim.so is put first in LD_PRELOAD (existing entries kept, colon or space
+# separated; never twice; another librmcp_shim.so replaced), then "$@" is exec'd.
+#
+# Either way the command replaces this shell: its exit status and signals are its own.
+# Not found: 127; not executable: 126 (as env(1)). Shim not found: 127 with a message.
+# The shim's own settings (RMCP_MODE, RMCP_LOG, ...) pass through the environment.
+set -eu
+
+[ "$#" -gt 0 ] || set -- /bin/sh
+
+shim_name=librmcp_shim.so
+
+say() { printf 'rmcp-entrypoint: %s\n' "$*" >&2; }
+
+# 1. rmcp run, when available.
+if [ "${RMCP_BIN+set}" = set ]; then
+    rmcp_bin=$RMCP_BIN
+else
+    rmcp_bin=$(command -v rmcp 2>/dev/null || true)
+fi
+if [ -n "$rmcp_bin" ]; then
+    if [ -x "$rmcp_bin" ]; then
+        exec "$rmcp_bin" run -- "$@"
+    fi
+    say "RMCP_BIN=$rmcp_bin is not executable; preloading the shim directly"
+fi
+
+# 2. Plain LD_PRELOAD.
+if [ -n "${RMCP_SHIM:-}" ]; then
+    if [ ! -f "$RMCP_SHIM" ]; then
+        say "$shim_name not found: RMCP_SHIM=$RMCP_SHIM does not exist"
+        exit 127
+    fi
+    shim=$RMCP_SHIM
+else
+    shim=
+    here=$(CDPATH='' cd -- "$(dirname -- "$0")" 2>/dev/null && pwd -P) || here=
+    for dir in /usr/local/lib /usr/lib /opt/rmcp/lib ${here:+"$here"}; do
+        if [ -f "$dir/$shim_name" ]; then
+            shim=$dir/$shim_name
+            break
+        fi
+    done
+    if [ -z "$shim" ]; then
+        say "$shim_name not found; looked in /usr/local/lib, /usr/lib, /opt/rmcp/lib${here:+, $here}. Set RMCP_SHIM to its path."
+        exit 127
+    fi
+fi
+
+# LD_PRELOAD needs an absolute path without spaces or colons.
+case $shim in
+    /*) ;;
+    *) shim=$(pwd -P)/$shim ;;
+esac
+case $shim in
+    *[\ :]*)
+        say "the shim's path '$shim' contains a space or a colon, which LD_PRELOAD cannot carry"
+        exit 125
+        ;;
+esac
+
+# Merge: same rules as `rmcp run` (unchanged when the shim is already there and no other
+# copy is; otherwise the shim first, then the other entries in order, colon separated).
+present=
+others=
+rest=
+old_ifs=$IFS
+IFS=' :'
+set -f
+for entry in ${LD_PRELOAD:-}; do
+    case $entry in
+        "$shim") present=1 ;;
+        "$shim_name" | */"$shim_name") others=1 ;;
+        *) rest=${rest:+$rest:}$entry ;;
+    esac
+done
+set +f
+IFS=$old_ifs
+
+if [ -z "$present" ] || [ -n "$others" ]; then
+    LD_PRELOAD=$shim${rest:+:$rest}
+fi
+export LD_PRELOAD
+
+# POSIX exec: command not found -> 127, found but not executable -> 126.
+exec "$@"
