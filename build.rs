@@ -149,6 +149,50 @@ fn main() {
         ],
     );
     println!("cargo:rustc-env=RMCP_DLOPEN_CLIENT={}", client.display());
+
+    bench_client(&cc, &manifest, &out);
+}
+
+/// `RMCP_BENCH_CLIENT`: benches/bench_main.c, an executable (rpath $ORIGIN) linked to
+/// `librmcp_bench.so` (benches/bench_client.c), which makes the hooked calls and is linked
+/// to the .so.6 fake. examples/bench.rs runs it.
+fn bench_client(cc: &Compiler, manifest: &Path, out: &Path) {
+    const BENCH_CLIENT_SRC: &str = "benches/bench_client.c";
+    const BENCH_MAIN_SRC: &str = "benches/bench_main.c";
+    for path in [BENCH_CLIENT_SRC, BENCH_MAIN_SRC] {
+        println!("cargo:rerun-if-changed={path}");
+    }
+    let dir = out.join("bench");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let fake6 = out.join("fake-hip-6");
+    let lib = dir.join("librmcp_bench.so");
+    cc.run(
+        "librmcp_bench.so",
+        &[
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,librmcp_bench.so".into(),
+            "-o".into(),
+            lib.display().to_string(),
+            manifest.join(BENCH_CLIENT_SRC).display().to_string(),
+            format!("-L{}", fake6.display()),
+            "-lamdhip64".into(),
+        ],
+    );
+    let exe = dir.join("rmcp_bench");
+    cc.run(
+        "rmcp_bench",
+        &[
+            "-o".into(),
+            exe.display().to_string(),
+            manifest.join(BENCH_MAIN_SRC).display().to_string(),
+            format!("-L{}", dir.display()),
+            "-lrmcp_bench".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
+            format!("-Wl,-rpath-link,{}", fake6.display()),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_BENCH_CLIENT={}", exe.display());
 }
 
 struct Compiler {
