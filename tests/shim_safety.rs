@@ -446,3 +446,71 @@ print("child-status", status)
     assert_eq!(parent["calls"]["hipHostMalloc"]["calls"], 1);
     assert_eq!(parent["calls"]["hipMalloc"]["calls"], 1);
 }
+
+/// The shim's own queries of the runtime, in record order.
+const QUERIES: &[&str] = &[
+    "hipRuntimeGetVersion",
+    "hipGetDeviceCount",
+    "hipDeviceGetPCIBusId",
+    "hipGetDevice",
+];
+
+#[test]
+fn the_applications_first_call_reaches_the_runtime_before_any_shim_query() {
+    let funcs = |out: &Out| -> Vec<String> {
+        out.record
+            .iter()
+            .filter(|r| r.caller == "librmcp_shim.so")
+            .map(|r| r.func.clone())
+            .collect()
+    };
+    // Every GPU affected, default logging, no report: the shim asks nothing at all.
+    for fixture in ["rdna1", "rdna3", "eight-gpu", "cpu-only"] {
+        let out = Run::probe(6)
+            .fixture(fixture)
+            .env_remove("RMCP_STATS_FILE")
+            .args([
+                "hipHostMalloc:4096:0",
+                "hipExtMallocWithFlags:64:1",
+                "hipMalloc:64",
+            ])
+            .run();
+        out.assert_success();
+        let f = funcs(&out);
+        assert_eq!(
+            f,
+            ["hipHostMalloc", "hipExtMallocWithFlags", "hipMalloc"],
+            "{fixture}"
+        );
+    }
+    // A report wanted: the version and devices are asked after the first call returned.
+    let out = Run::probe(6)
+        .args(["hipHostMalloc:4096:0", "hipMalloc:64"])
+        .run();
+    let f = funcs(&out);
+    assert_eq!(f[0], "hipHostMalloc", "{f:?}");
+    assert!(f[1..].iter().any(|q| q == "hipRuntimeGetVersion"), "{f:?}");
+    assert_eq!(f.last().unwrap(), "hipMalloc", "{f:?}");
+    // Where the decision needs an answer, it is asked first: the version for hipHostAlloc,
+    // the ordinals on a mixed machine.
+    let out = Run::probe(6)
+        .env_remove("RMCP_STATS_FILE")
+        .args(["hipHostAlloc:64:2"])
+        .run();
+    assert_eq!(funcs(&out), ["hipRuntimeGetVersion", "hipHostMalloc"]);
+    let out = Run::probe(6)
+        .fixture("mixed")
+        .env("FAKEHIP_DEVICES", "0000:03:00.0,0000:0a:00.0")
+        .env_remove("RMCP_STATS_FILE")
+        .args(["hipMalloc:64"])
+        .run();
+    let f = funcs(&out);
+    assert_eq!(f.last().unwrap(), "hipMalloc");
+    assert!(
+        f[..f.len() - 1]
+            .iter()
+            .all(|q| QUERIES.contains(&q.as_str())),
+        "{f:?}"
+    );
+    assert_eq!(out.count("hipDeviceGetPCIBusId"), 2);
+}

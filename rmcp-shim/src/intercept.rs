@@ -38,6 +38,9 @@ impl Facts for CallFacts<'_> {
     fn caller_exempt(&self) -> bool {
         crate::caller::is_exempt(self.ret, &self.shim.config.exempt)
     }
+    fn host_alloc_is_host(&self) -> bool {
+        self.shim.host_alloc_is_host()
+    }
 }
 
 static WARNED_FALLBACK: [AtomicBool; Hook::COUNT] = [const { AtomicBool::new(false) }; Hook::COUNT];
@@ -132,7 +135,8 @@ pub fn intercept(
     };
 
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        after(hook, size, flags, ret, decision, rc, fallback, lacks)
+        after(hook, size, flags, ret, decision, rc, fallback, lacks);
+        state::after_call(shim);
     }));
     rc
 }

@@ -17,17 +17,17 @@ pub trait Facts {
     fn device_affected(&self) -> bool;
     /// The caller lives in a library matched by RMCP_EXEMPT.
     fn caller_exempt(&self) -> bool;
+    /// The loaded runtime's hipHostAlloc allocates host memory like hipHostMalloc (6.3 and
+    /// later). Older ones pass its flags on as internal flags and allocate VRAM; such a
+    /// call is not a coherent host allocation and is left alone.
+    fn host_alloc_is_host(&self) -> bool;
 }
 
-/// The configuration and runtime traits the rules depend on.
+/// The configuration the rules depend on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
     pub mode: Mode,
     pub finegrained: Finegrained,
-    /// The loaded runtime's hipHostAlloc allocates host memory like hipHostMalloc (newer
-    /// runtimes). Older ones pass its flags on as internal flags and allocate VRAM; such a
-    /// call is not a coherent host allocation and is left alone.
-    pub host_alloc_is_host: bool,
 }
 
 /// A call the shim makes instead of the caller's.
@@ -89,7 +89,7 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
             .host_affected()
             .then_some(Forward::HostMalloc(host_malloc::NON_COHERENT)),
         Hook::HipHostAlloc => {
-            (rules.host_alloc_is_host && flags & !host_alloc::VALID == 0 && facts.host_affected())
+            (flags & !host_alloc::VALID == 0 && facts.host_affected() && facts.host_alloc_is_host())
                 .then_some(Forward::HostMalloc(flags | host_malloc::NON_COHERENT))
         }
         Hook::HipExtMallocWithFlags => (flags == device_malloc::FINEGRAINED
@@ -136,8 +136,10 @@ mod tests {
         host: bool,
         device: bool,
         exempt: bool,
+        old_host_alloc: bool,
         asked_device: Cell<u32>,
         asked_exempt: Cell<u32>,
+        asked_version: Cell<u32>,
     }
     impl Facts for Fixed {
         fn host_affected(&self) -> bool {
@@ -151,13 +153,16 @@ mod tests {
             self.asked_exempt.set(self.asked_exempt.get() + 1);
             self.exempt
         }
+        fn host_alloc_is_host(&self) -> bool {
+            self.asked_version.set(self.asked_version.get() + 1);
+            !self.old_host_alloc
+        }
     }
 
     fn rules(mode: Mode) -> Rules {
         Rules {
             mode,
             finegrained: Finegrained::Coarsen,
-            host_alloc_is_host: true,
         }
     }
 
@@ -421,14 +426,20 @@ mod tests {
 
     #[test]
     fn old_runtime_host_alloc_is_left_alone() {
-        let r = Rules {
-            host_alloc_is_host: false,
-            ..rules(Mode::Force)
+        let r = rules(Mode::Force);
+        let f = Fixed {
+            old_host_alloc: true,
+            ..facts(true, true, false)
         };
-        let f = facts(true, true, false);
         for flags in [0, PORTABLE, MAPPED, WRITE_COMBINED] {
             assert_eq!(decide(Hook::HipHostAlloc, flags, &r, &f), Unchanged);
         }
+        // The runtime's version is asked only for hipHostAlloc calls it can change.
+        assert_eq!(f.asked_version.get(), 4);
+        decide(Hook::HipHostAlloc, COHERENT, &r, &f);
+        decide(Hook::HipHostMalloc, 0, &r, &f);
+        decide(Hook::HipHostAlloc, 0, &rules(Mode::Off), &f);
+        assert_eq!(f.asked_version.get(), 4);
     }
 
     #[test]

@@ -2,9 +2,16 @@
 //! constructor does nothing, so a process that never calls HIP pays nothing.
 //!
 //! Three stages, each built once: the configuration (environment, logging), the runtime
-//! (locating the mapped libamdhip64; no HIP call), and the device picture (KFD topology and
-//! the HIP ordinals mapped to it by PCI address; this calls the runtime). A hook re-entered
-//! while a later stage is being built only needs the earlier ones.
+//! (locating the mapped libamdhip64; no HIP call), and the device picture (the KFD
+//! topology). A hook re-entered while a later stage is being built only needs the earlier
+//! ones.
+//!
+//! The shim asks the runtime nothing before the application's first call reaches it, unless
+//! the decision needs the answer: the HIP ordinals are mapped to KFD nodes (by PCI address)
+//! only on a mixed machine, and the runtime's version only for a hipHostAlloc call. Some
+//! runtimes answer a process's first call differently from later ones (5.7.1 without a GPU:
+//! 101, then 100), so an early query could change what the application sees. The banner and
+//! the stats report, which want both, ask after the first call has been forwarded.
 
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,11 +56,15 @@ pub enum DeviceClass {
 pub struct Shim {
     pub config: &'static Config,
     pub runtime: Option<&'static Runtime>,
-    pub version: Option<i32>,
     pub rules: Rules,
-    pub devices: Vec<Device>,
     pub host_affected: bool,
     pub device_class: DeviceClass,
+    /// None while unknown (off mode, or not yet read).
+    topology: Option<Topology>,
+    /// hipRuntimeGetVersion, asked once when first needed.
+    version: OnceCell<Option<i32>>,
+    /// The HIP ordinals, listed once when first needed (at build on a mixed machine).
+    devices: OnceCell<Vec<Device>>,
 }
 
 static CONFIG: OnceCell<Config> = OnceCell::new();
@@ -163,92 +174,132 @@ fn enumerate(api: &HipApi) -> Vec<(i32, Option<PciAddress>)> {
 fn build() -> Shim {
     let config = config();
     let runtime = runtime();
-    let version = runtime.and_then(|rt| runtime_version(&rt.api));
-    let host_alloc_is_host = version.is_some_and(|v| {
-        let (major, minor, _) = rmcp_sys::split_hip_version(v);
-        (major, minor) >= HOST_ALLOC_IS_HOST_SINCE
-    });
-    let rules = Rules {
-        mode: config.mode,
-        finegrained: config.finegrained,
-        host_alloc_is_host,
-    };
     let mut shim = Shim {
         config,
         runtime,
-        version,
-        rules,
-        devices: Vec::new(),
+        rules: Rules {
+            mode: config.mode,
+            finegrained: config.finegrained,
+        },
         host_affected: false,
         device_class: DeviceClass::All(false),
+        topology: None,
+        version: OnceCell::new(),
+        devices: OnceCell::new(),
     };
     if config.mode != Mode::Off {
         classify(&mut shim);
     }
-    banner(&shim);
     install_exit_hooks(config);
     shim
 }
 
-/// Reads the topology and maps each HIP ordinal to its KFD node.
+/// Reads the topology and decides which allocations are rewritten. Only a machine whose
+/// GPUs are partly affected needs the HIP ordinals, and only then are they listed now.
 fn classify(shim: &mut Shim) {
     let cfg = shim.config;
-    let force = cfg.mode == Mode::Force;
-    let topo = match Topology::read(&cfg.sysfs_root) {
+    if cfg.mode == Mode::Force {
+        shim.host_affected = true;
+        shim.device_class = DeviceClass::All(true);
+    }
+    let topo = match Topology::read_gpus(&cfg.sysfs_root) {
         Ok(t) => {
             for p in &t.problems {
                 tracing::debug!("KFD topology: {p}");
             }
-            Some(t)
+            t
         }
         Err(e) => {
             tracing::info!(
                 "no readable KFD topology at {}: {e}; {}",
                 cfg.sysfs_root.display(),
-                if force {
+                if cfg.mode == Mode::Force {
                     "RMCP_MODE=force treats every device as affected"
                 } else {
                     "auto mode rewrites nothing"
                 }
             );
-            None
+            return;
         }
     };
-    let ordinals = shim
-        .runtime
-        .map(|rt| enumerate(&rt.api))
-        .unwrap_or_default();
-    shim.devices = ordinals
-        .into_iter()
-        .map(|(ordinal, pci)| {
-            let node = topo.as_ref().zip(pci).and_then(|(t, p)| t.gpu_at(p));
-            Device {
-                ordinal,
-                pci,
-                gfx: node.map_or(Gfx(0), |n| n.gfx),
-                affected: force || node.is_some_and(|n| topology::is_affected(n, cfg)),
-            }
-        })
-        .collect();
-    let any_node_affected = force
-        || topo
-            .as_ref()
-            .is_some_and(|t| t.gpus.iter().any(|g| topology::is_affected(g, cfg)));
-    // No ordinal could be listed (no device, or an old runtime): fall back to the topology.
-    shim.host_affected = if shim.devices.is_empty() {
-        any_node_affected
-    } else {
-        shim.devices.iter().any(|d| d.affected)
-    };
-    let classes: Vec<bool> = shim.devices.iter().map(|d| d.affected).collect();
+    let affected = topo
+        .gpus
+        .iter()
+        .filter(|g| topology::is_affected(g, cfg))
+        .count();
+    shim.topology = Some(topo);
+    if cfg.mode == Mode::Force {
+        return;
+    }
+    let gpus = shim.topology.as_ref().map_or(0, |t| t.gpus.len());
+    if affected == 0 || affected == gpus {
+        // Every GPU the process can see is alike: no ordinal needs mapping.
+        shim.host_affected = affected > 0;
+        shim.device_class = DeviceClass::All(affected > 0);
+        return;
+    }
+    let classes: Vec<bool> = shim.devices().iter().map(|d| d.affected).collect();
+    // No ordinal could be listed (no device): fall back to the topology.
+    shim.host_affected = classes.is_empty() || classes.iter().any(|c| *c);
     shim.device_class = match classes.first() {
-        None => DeviceClass::All(any_node_affected),
+        None => DeviceClass::All(true),
         Some(first) if classes.iter().all(|c| c == first) => DeviceClass::All(*first),
         Some(_) => DeviceClass::PerOrdinal(classes),
     };
 }
 
 impl Shim {
+    /// hipRuntimeGetVersion, asked once.
+    pub fn version(&self) -> Option<i32> {
+        *self
+            .version
+            .get_or_init(|| self.runtime.and_then(|rt| runtime_version(&rt.api)))
+    }
+
+    /// Whether the runtime's hipHostAlloc allocates host memory (see
+    /// [`HOST_ALLOC_IS_HOST_SINCE`]).
+    pub fn host_alloc_is_host(&self) -> bool {
+        self.version().is_some_and(|v| {
+            let (major, minor, _) = rmcp_sys::split_hip_version(v);
+            (major, minor) >= HOST_ALLOC_IS_HOST_SINCE
+        })
+    }
+
+    /// The HIP ordinals with their PCI address and KFD classification, listed once.
+    pub fn devices(&self) -> &[Device] {
+        self.devices.get_or_init(|| {
+            let force = self.config.mode == Mode::Force;
+            let ordinals = self
+                .runtime
+                .map(|rt| enumerate(&rt.api))
+                .unwrap_or_default();
+            ordinals
+                .into_iter()
+                .map(|(ordinal, pci)| {
+                    let node = self
+                        .topology
+                        .as_ref()
+                        .zip(pci)
+                        .and_then(|(t, p)| t.gpu_at(p));
+                    Device {
+                        ordinal,
+                        pci,
+                        gfx: node.map_or(Gfx(0), |n| n.gfx),
+                        affected: force
+                            || node.is_some_and(|n| topology::is_affected(n, self.config)),
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// The banner or the stats report will want the version and the devices.
+    fn wants_details(&self) -> bool {
+        self.config.stats
+            || self.config.stats_file.is_some()
+            || tracing::enabled!(tracing::Level::INFO)
+    }
+
     /// Is the calling thread's current device affected?
     pub fn current_device_affected(&self) -> bool {
         match &self.device_class {
@@ -276,9 +327,11 @@ impl Shim {
             self.config.mode.as_str(),
             RuntimeReport {
                 path: self.runtime.map(|rt| rt.path.clone()),
-                version: self.version,
+                version: self.version.get().copied().flatten(),
             },
             self.devices
+                .get()
+                .map_or(&[][..], Vec::as_slice)
                 .iter()
                 .map(|d| DeviceReport {
                     ordinal: d.ordinal,
@@ -291,16 +344,31 @@ impl Shim {
     }
 }
 
-fn banner(shim: &Shim) {
-    if !tracing::enabled!(tracing::Level::INFO) {
+static DETAILS: AtomicBool = AtomicBool::new(false);
+
+/// Called after each forwarded call: the first time, if the banner or the stats report
+/// want them, asks the runtime for its version and devices and logs the banner.
+pub fn after_call(shim: &Shim) {
+    if DETAILS.load(Ordering::Relaxed) || DETAILS.swap(true, Ordering::Relaxed) {
         return;
     }
+    if !shim.wants_details() {
+        return;
+    }
+    shim.version();
+    if shim.config.mode != Mode::Off {
+        shim.devices();
+    }
+    banner(shim);
+}
+
+fn banner(shim: &Shim) {
     let rt = shim.runtime.map_or_else(
         || "none".to_string(),
         |rt| format!("{} ({})", rt.path, rt.source.as_str()),
     );
     let version = shim
-        .version
+        .version()
         .map_or_else(|| "unknown".to_string(), |v| v.to_string());
     tracing::info!(
         "mode {}, runtime {rt}, hipRuntimeGetVersion {version}, host allocations {}",
@@ -311,7 +379,7 @@ fn banner(shim: &Shim) {
             "unchanged"
         },
     );
-    for d in &shim.devices {
+    for d in shim.devices.get().map_or(&[][..], Vec::as_slice) {
         tracing::info!(
             "device {}: {} at {}, {}",
             d.ordinal,

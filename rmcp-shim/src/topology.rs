@@ -138,6 +138,7 @@ pub struct Properties {
 impl Properties {
     pub fn parse(text: &str) -> Properties {
         let mut p = Properties::default();
+        let mut seen = std::collections::HashSet::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() {
@@ -156,7 +157,7 @@ impl Properties {
                 ));
                 continue;
             };
-            if p.get(name).is_some() {
+            if !seen.insert(name) {
                 p.problems.push(format!(
                     "line {}: {name} repeated; the first value is used",
                     n + 1
@@ -197,7 +198,8 @@ fn read_properties(path: &Path, problems: &mut Vec<String>) -> Option<Properties
     let file = std::fs::File::open(path)
         .map_err(|e| problems.push(format!("{}: {e}", path.display())))
         .ok()?;
-    let mut text = String::new();
+    // sysfs files are at most a page: read them in one or two calls.
+    let mut text = String::with_capacity(4096);
     use std::io::Read;
     if let Err(e) = file.take(MAX_PROPERTIES_BYTES).read_to_string(&mut text) {
         problems.push(format!("{}: {e}", path.display()));
@@ -214,8 +216,19 @@ fn read_properties(path: &Path, problems: &mut Vec<String>) -> Option<Properties
 }
 
 impl Topology {
-    /// Reads `root/nodes/*`. An error means there is no readable topology at all.
+    /// Reads `root/nodes/*` with each GPU's io_links. An error means there is no readable
+    /// topology at all.
     pub fn read(root: &Path) -> std::io::Result<Topology> {
+        Topology::read_with(root, true)
+    }
+
+    /// Reads the nodes only: what the shim needs to classify GPUs (io_links say whether
+    /// PCIe atomics work, which `rmcp doctor` reports but no rewrite depends on).
+    pub fn read_gpus(root: &Path) -> std::io::Result<Topology> {
+        Topology::read_with(root, false)
+    }
+
+    fn read_with(root: &Path, links: bool) -> std::io::Result<Topology> {
         let mut topo = Topology {
             root: root.to_path_buf(),
             ..Topology::default()
@@ -253,8 +266,13 @@ impl Topology {
                 }
             };
             let mut io_links = Vec::new();
-            if let Ok(links) = numbered_dirs(&dir.join("io_links")) {
-                for (index, ldir) in links {
+            let link_dirs = if links {
+                numbered_dirs(&dir.join("io_links")).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            {
+                for (index, ldir) in link_dirs {
                     if let Some(lp) = read_properties(&ldir.join("properties"), &mut topo.problems)
                     {
                         io_links.push(IoLink {

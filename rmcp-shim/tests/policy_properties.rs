@@ -7,7 +7,7 @@ use rmcp_shim::registry::{HOOKS, Hook};
 use rmcp_sys::{device_malloc, host_malloc};
 
 #[derive(Clone, Copy, Debug)]
-struct F(bool, bool, bool);
+struct F(bool, bool, bool, bool);
 impl Facts for F {
     fn host_affected(&self) -> bool {
         self.0
@@ -17,6 +17,9 @@ impl Facts for F {
     }
     fn caller_exempt(&self) -> bool {
         self.2
+    }
+    fn host_alloc_is_host(&self) -> bool {
+        self.3
     }
 }
 
@@ -34,14 +37,13 @@ fn mode() -> impl Strategy<Value = Mode> {
 }
 
 fn rules() -> impl Strategy<Value = Rules> {
-    (mode(), any::<bool>(), any::<bool>()).prop_map(|(mode, keep, host_alloc_is_host)| Rules {
+    (mode(), any::<bool>()).prop_map(|(mode, keep)| Rules {
         mode,
         finegrained: if keep {
             Finegrained::Keep
         } else {
             Finegrained::Coarsen
         },
-        host_alloc_is_host,
     })
 }
 
@@ -67,7 +69,8 @@ fn flags() -> impl Strategy<Value = u32> {
 }
 
 fn facts() -> impl Strategy<Value = F> {
-    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(a, b, c)| F(a, b, c))
+    (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>())
+        .prop_map(|(a, b, c, d)| F(a, b, c, d))
 }
 
 proptest! {
@@ -131,8 +134,8 @@ proptest! {
 
     #[test]
     fn exempt_or_unaffected_callers_are_left_alone(h in hook(), f in flags(), r in rules()) {
-        prop_assert_eq!(decide(h, f, &r, &F(true, true, true)), Decision::Unchanged);
-        prop_assert_eq!(decide(h, f, &r, &F(false, false, false)), Decision::Unchanged);
+        prop_assert_eq!(decide(h, f, &r, &F(true, true, true, true)), Decision::Unchanged);
+        prop_assert_eq!(decide(h, f, &r, &F(false, false, false, true)), Decision::Unchanged);
     }
 
     #[test]
