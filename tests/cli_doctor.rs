@@ -683,15 +683,24 @@ fn hip_runtimes_bundled_in_site_packages() {
     std::fs::write(sp.join("torch/lib/libamdhip64.so"), b"x").unwrap();
     std::fs::create_dir_all(sp.join("numpy")).unwrap();
     let py = root.join("fake-python3");
+    let src = root.join("fake-python3.src");
     std::fs::write(
-        &py,
+        &src,
         format!(
             "#!/bin/sh\nprintf '%s\\n' '{}' /nonexistent/dir\n",
             sp.display()
         ),
     )
     .unwrap();
-    std::fs::set_permissions(&py, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Written by a child process: an executable this process had open for writing can
+    // be inherited by another test's fork and make exec fail with ETXTBSY.
+    let ok = std::process::Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&src)
+        .arg(&py)
+        .status()
+        .unwrap();
+    assert!(ok.success());
     let (_, j) = json(
         &e,
         Some(&fixture("rdna1")),

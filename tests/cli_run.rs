@@ -381,7 +381,12 @@ fn rmcp_copy(dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let exe = bin.join("rmcp");
-    std::fs::copy(RMCP, &exe).unwrap();
+    // Never open the copy for writing in this process: a child forked by another test
+    // thread would inherit the descriptor and exec would fail with ETXTBSY.
+    if std::fs::hard_link(RMCP, &exe).is_err() {
+        let ok = Command::new("cp").arg(RMCP).arg(&exe).status().unwrap();
+        assert!(ok.success());
+    }
     exe
 }
 

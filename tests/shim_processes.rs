@@ -138,10 +138,17 @@ fn secure_execution_ignores_path_variables() {
     std::fs::copy(shim(), &lib.0).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let prog = dir.path().join("hip_probe5");
-    std::fs::copy(probe(5), &prog).unwrap();
+    // Copied by a child process: an executable this process had open for writing can be
+    // inherited by another test's fork and make exec fail with ETXTBSY.
+    let ok = std::process::Command::new("install")
+        .args(["-m", "4755"])
+        .arg(probe(5))
+        .arg(&prog)
+        .status()
+        .unwrap();
+    assert!(ok.success());
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&lib.0, std::fs::Permissions::from_mode(0o4755)).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out_dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(out_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
