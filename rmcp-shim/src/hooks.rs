@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use rmcp_sys::{HipError, error};
 
-use crate::intercept::{intercept, substitute_proc_address};
+use crate::intercept::{Call, intercept, substitute_proc_address};
 use crate::registry::Hook;
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -48,7 +48,8 @@ macro_rules! hooks {
             $(
                 #[allow(non_snake_case)]
                 pub(super) unsafe extern "C" fn $name($($arg: $ty,)* ret: usize) -> HipError {
-                    let rc = intercept(Hook::$hook, $out, $size, $flags, ret, |api| {
+                    let call = Call { hook: Hook::$hook, out: $out, size: $size, flags: $flags, ret };
+                    let rc = intercept(call, |api| {
                         // SAFETY: the caller's own arguments, passed on unchanged to the
                         // runtime's function of the same name and C signature.
                         api.$name.map(|f| unsafe { f($($arg),*) })

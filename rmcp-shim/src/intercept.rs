@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use rmcp_sys::{HipApi, HipError, error};
 
-use crate::guard;
 use crate::policy::{self, Decision, Facts, Forward};
 use crate::registry::Hook;
 use crate::state::{self, Shim};
 use crate::stats::{self, Outcome};
+use crate::thread::{self, ThreadState};
 
 /// The facts of one call, computed only when the policy asks.
 struct CallFacts<'a> {
@@ -78,35 +78,49 @@ fn forward_bare(asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
     }
 }
 
-/// The body of every hook.
-///
-/// `out`, `size`, `flags`: the caller's out-pointer (null if none), byte count and flags;
-/// `ret`: the hook's return address, naming the caller; `asked`: the caller's call, made
-/// to the runtime's function of the same name (None if the runtime lacks it).
+/// A hooked call as the caller made it.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub hook: Hook,
+    /// The caller's out-pointer (null if the function has none).
+    pub out: *mut *mut c_void,
+    pub size: usize,
+    pub flags: u32,
+    /// The hook's return address, naming the caller.
+    pub ret: usize,
+}
+
+/// The body of every hook. `asked` makes the caller's call to the runtime's function of
+/// the same name (None if the runtime lacks it).
 #[inline(always)]
-pub fn intercept(
-    hook: Hook,
-    out: *mut *mut c_void,
-    size: usize,
-    flags: u32,
-    ret: usize,
-    asked: impl Fn(&HipApi) -> Option<HipError>,
+pub fn intercept(call: Call, asked: impl Fn(&HipApi) -> Option<HipError>) -> HipError {
+    thread::with(|t| intercept_on(t, call, &asked))
+}
+
+#[inline(always)]
+fn intercept_on(
+    t: &ThreadState,
+    call: Call,
+    asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
-    if guard::active() {
-        return forward_bare(&asked);
+    if t.inside() {
+        return forward_bare(asked);
     }
-    let _inside = guard::Entered::enter();
+    let _inside = t.enter();
     let Ok(shim) = catch_unwind(state::shim) else {
-        return forward_bare(&asked);
+        return forward_bare(asked);
     };
     let Some(rt) = shim.runtime else {
-        let _ = catch_unwind(|| missing(hook, "no HIP runtime was found"));
+        let _ = catch_unwind(|| missing(call.hook, "no HIP runtime was found"));
         return error::SHARED_OBJECT_SYMBOL_NOT_FOUND;
     };
     let api = &rt.api;
-    let facts = CallFacts { shim, ret };
+    let facts = CallFacts {
+        shim,
+        ret: call.ret,
+    };
     let decision = catch_unwind(AssertUnwindSafe(|| {
-        policy::decide(hook, flags, &shim.rules, &facts)
+        policy::decide(call.hook, call.flags, &shim.rules, &facts)
     }))
     .unwrap_or(Decision::Unchanged);
 
@@ -114,7 +128,7 @@ pub fn intercept(
     let mut fallback = false;
     let mut lacks = false;
     let rc = match decision {
-        Decision::Rewrite(fw) => match call_forward(api, fw, out, size) {
+        Decision::Rewrite(fw) => match call_forward(api, fw, call.out, call.size) {
             Some(rc) if policy::retry_as_asked(rc) => {
                 fallback = true;
                 asked(api).unwrap_or_else(|| {
@@ -135,24 +149,29 @@ pub fn intercept(
     };
 
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        after(hook, size, flags, ret, decision, rc, fallback, lacks);
+        after(t, call, decision, rc, fallback, lacks);
         state::after_call(shim);
     }));
     rc
 }
 
-#[allow(clippy::too_many_arguments)]
 fn after(
-    hook: Hook,
-    size: usize,
-    flags: u32,
-    ret: usize,
+    t: &ThreadState,
+    call: Call,
     decision: Decision,
     rc: HipError,
     fallback: bool,
     lacks: bool,
 ) {
+    let Call {
+        hook,
+        size,
+        flags,
+        ret,
+        ..
+    } = call;
     stats::record(
+        t.slot(),
         hook,
         Outcome {
             rewritten: decision != Decision::Unchanged,

@@ -10,14 +10,13 @@
 //! - `config`: the RMCP_* environment;
 //! - `state`: lazy initialisation, the HIP-ordinal-to-GPU map, exit report, fork;
 //! - `registry`: the list of hooked names;
-//! - `stats`, `log`, `caller`, `guard`: counters, logging, RMCP_EXEMPT, re-entry.
+//! - `stats`, `log`, `caller`, `thread`: counters, logging, RMCP_EXEMPT, per-thread state.
 //!
 //! The library's constructor does nothing: no I/O, no dlopen, no HIP call. All work
 //! happens on the first hooked call.
 
 pub mod caller;
 pub mod config;
-pub mod guard;
 pub mod hooks;
 pub mod intercept;
 pub mod log;
@@ -25,4 +24,5 @@ pub mod policy;
 pub mod registry;
 pub mod state;
 pub mod stats;
+pub mod thread;
 pub mod topology;

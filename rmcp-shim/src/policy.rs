@@ -75,7 +75,9 @@ pub fn non_coherent_host_flags(flags: u32) -> Option<u32> {
     Some((flags & !host_malloc::COHERENT) | host_malloc::NON_COHERENT)
 }
 
-/// The decision for one hooked call.
+/// The decision for one hooked call. Inlined into each hook, where the hook is a constant
+/// and the match on it folds away.
+#[inline(always)]
 pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Decision {
     if rules.mode == Mode::Off {
         return Decision::Unchanged;

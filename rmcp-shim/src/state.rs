@@ -348,11 +348,16 @@ static DETAILS: AtomicBool = AtomicBool::new(false);
 
 /// Called after each forwarded call: the first time, if the banner or the stats report
 /// want them, asks the runtime for its version and devices and logs the banner.
+#[inline(always)]
 pub fn after_call(shim: &Shim) {
-    if DETAILS.load(Ordering::Relaxed) || DETAILS.swap(true, Ordering::Relaxed) {
-        return;
+    if !DETAILS.load(Ordering::Relaxed) {
+        first_details(shim);
     }
-    if !shim.wants_details() {
+}
+
+#[cold]
+fn first_details(shim: &Shim) {
+    if DETAILS.swap(true, Ordering::Relaxed) || !shim.wants_details() {
         return;
     }
     shim.version();
@@ -412,7 +417,7 @@ fn install_exit_hooks(cfg: &Config) {
 
 extern "C" fn after_fork_in_child() {
     // The child counts its own calls.
-    stats::reset();
+    stats::reset_after_fork();
 }
 
 extern "C" fn at_exit() {

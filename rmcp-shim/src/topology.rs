@@ -137,14 +137,25 @@ pub struct Properties {
 
 impl Properties {
     pub fn parse(text: &str) -> Properties {
+        Properties::parse_keys(text, None)
+    }
+
+    /// Like `parse`, keeping only the names in `keys` (None: every name); other lines are
+    /// skipped without being examined.
+    pub fn parse_keys(text: &str, keys: Option<&[&str]>) -> Properties {
         let mut p = Properties::default();
-        let mut seen = std::collections::HashSet::new();
         for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
+            let line = line.trim_ascii();
             if line.is_empty() {
                 continue;
             }
-            let mut it = line.split_whitespace();
+            if let Some(keys) = keys {
+                let name = line.split_ascii_whitespace().next().unwrap_or("");
+                if !keys.contains(&name) {
+                    continue;
+                }
+            }
+            let mut it = line.split_ascii_whitespace();
             let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
                 p.problems
                     .push(format!("line {}: not `name value`: {line:?}", n + 1));
@@ -157,7 +168,7 @@ impl Properties {
                 ));
                 continue;
             };
-            if !seen.insert(name) {
+            if p.get(name).is_some() {
                 p.problems.push(format!(
                     "line {}: {name} repeated; the first value is used",
                     n + 1
@@ -194,7 +205,14 @@ fn numbered_dirs(dir: &Path) -> std::io::Result<Vec<(u32, PathBuf)>> {
 /// Files larger than this are not KFD properties files.
 const MAX_PROPERTIES_BYTES: u64 = 64 * 1024;
 
-fn read_properties(path: &Path, problems: &mut Vec<String>) -> Option<Properties> {
+/// The node properties the shim's classification uses.
+const CLASSIFY_KEYS: &[&str] = &["simd_count", "gfx_target_version", "domain", "location_id"];
+
+fn read_properties(
+    path: &Path,
+    keys: Option<&[&str]>,
+    problems: &mut Vec<String>,
+) -> Option<Properties> {
     let file = std::fs::File::open(path)
         .map_err(|e| problems.push(format!("{}: {e}", path.display())))
         .ok()?;
@@ -205,7 +223,7 @@ fn read_properties(path: &Path, problems: &mut Vec<String>) -> Option<Properties
         problems.push(format!("{}: {e}", path.display()));
         return None;
     }
-    let props = Properties::parse(&text);
+    let props = Properties::parse_keys(&text, keys);
     problems.extend(
         props
             .problems
@@ -234,7 +252,11 @@ impl Topology {
             ..Topology::default()
         };
         for (node, dir) in numbered_dirs(&root.join("nodes"))? {
-            let Some(props) = read_properties(&dir.join("properties"), &mut topo.problems) else {
+            let Some(props) = read_properties(
+                &dir.join("properties"),
+                (!links).then_some(CLASSIFY_KEYS),
+                &mut topo.problems,
+            ) else {
                 continue;
             };
             if props.get("simd_count").unwrap_or(0) == 0 {
@@ -273,7 +295,8 @@ impl Topology {
             };
             {
                 for (index, ldir) in link_dirs {
-                    if let Some(lp) = read_properties(&ldir.join("properties"), &mut topo.problems)
+                    if let Some(lp) =
+                        read_properties(&ldir.join("properties"), None, &mut topo.problems)
                     {
                         io_links.push(IoLink {
                             index,
@@ -405,6 +428,23 @@ mod tests {
         };
         assert!(is_affected(&t.gpus[1], &forced));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn parse_keys_keeps_only_those_and_checks_only_those() {
+        let text = "simd_count 40\njunk line here\nlocation_id 768\nhive_id 99999999999999999999\nlocation_id 5\n";
+        let p = Properties::parse_keys(text, Some(CLASSIFY_KEYS));
+        assert_eq!(
+            p.values,
+            [("simd_count".into(), 40), ("location_id".into(), 768)]
+        );
+        assert_eq!(
+            p.problems.len(),
+            1,
+            "only the repeated kept key: {:?}",
+            p.problems
+        );
+        assert_eq!(Properties::parse(text).problems.len(), 3);
     }
 
     #[test]
