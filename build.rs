@@ -151,6 +151,65 @@ fn main() {
     println!("cargo:rustc-env=RMCP_DLOPEN_CLIENT={}", client.display());
 
     bench_client(&cc, &manifest, &out);
+    dlsym_clients(&cc, &manifest, &out);
+}
+
+/// Callers that look HIP up by name (tests/shim_dlsym.rs): `RMCP_DLSYM_CLIENT`, and
+/// `RMCP_SCOPE_LIB_5` / `_6` (libscopeN.so, linked to the runtime and to libscopedep.so,
+/// found through its rpath $ORIGIN).
+fn dlsym_clients(cc: &Compiler, manifest: &Path, out: &Path) {
+    const CLIENT: &str = "tests/c/dlsym_client.c";
+    const SCOPE: &str = "tests/c/dlsym_scope.c";
+    const SCOPEDEP: &str = "tests/c/dlsym_scopedep.c";
+    for path in [CLIENT, SCOPE, SCOPEDEP] {
+        println!("cargo:rerun-if-changed={path}");
+    }
+    let src = |p: &str| manifest.join(p).display().to_string();
+    let client = out.join("dlsym_client");
+    cc.run(
+        "dlsym_client",
+        &[
+            "-o".into(),
+            client.display().to_string(),
+            src(CLIENT),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_DLSYM_CLIENT={}", client.display());
+    for major in [5u32, 6] {
+        let dir = out.join(format!("scope-{major}"));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let dep = dir.join("libscopedep.so");
+        cc.run(
+            "libscopedep.so",
+            &[
+                "-shared".into(),
+                "-fPIC".into(),
+                "-Wl,-soname,libscopedep.so".into(),
+                "-o".into(),
+                dep.display().to_string(),
+                src(SCOPEDEP),
+            ],
+        );
+        let lib = dir.join(format!("libscope{major}.so"));
+        cc.run(
+            "libscope.so",
+            &[
+                "-shared".into(),
+                "-fPIC".into(),
+                "-o".into(),
+                lib.display().to_string(),
+                src(SCOPE),
+                format!("-L{}", dir.display()),
+                "-lscopedep".into(),
+                format!("-L{}", out.join(format!("fake-hip-{major}")).display()),
+                "-lamdhip64".into(),
+                "-ldl".into(),
+                "-Wl,-rpath,$ORIGIN".into(),
+            ],
+        );
+        println!("cargo:rustc-env=RMCP_SCOPE_LIB_{major}={}", lib.display());
+    }
 }
 
 /// `RMCP_BENCH_CLIENT`: benches/bench_main.c, an executable (rpath $ORIGIN) linked to

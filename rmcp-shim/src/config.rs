@@ -69,6 +69,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ("RMCP_STATS_FILE", "path", "none"),
     ("RMCP_HIP_LIBRARY", "path", "none"),
     ("RMCP_SYSFS_ROOT", "path", DEFAULT_SYSFS_ROOT),
+    ("RMCP_HOOK_DLSYM", "0, 1", "1"),
 ];
 
 /// RDNA1 (gfx1010-gfx1013) and RDNA2 (gfx1030-gfx1036).
@@ -90,6 +91,8 @@ pub struct Config {
     pub stats_file: Option<PathBuf>,
     pub hip_library: Option<PathBuf>,
     pub sysfs_root: PathBuf,
+    /// dlsym on a HIP runtime handle hands back the shim's functions (RMCP_HOOK_DLSYM).
+    pub hook_dlsym: bool,
     /// Problems found while reading, to be logged once logging is set up.
     pub warnings: Vec<String>,
 }
@@ -132,6 +135,7 @@ impl Config {
         let exempt_raw = text("RMCP_EXEMPT");
         let log_raw = text("RMCP_LOG");
         let stats_raw = text("RMCP_STATS");
+        let hook_dlsym_raw = text("RMCP_HOOK_DLSYM");
         let paths: Vec<(&str, Option<String>)> = [
             "RMCP_LOG_FILE",
             "RMCP_STATS_FILE",
@@ -219,6 +223,14 @@ impl Config {
                 false
             }
         };
+        let hook_dlsym = match hook_dlsym_raw.as_deref().map(str::trim) {
+            None | Some("") | Some("1") => true,
+            Some("0") => false,
+            Some(v) => {
+                bad("RMCP_HOOK_DLSYM", v, "0, 1");
+                true
+            }
+        };
         let mut path = |name: &str| -> Option<PathBuf> {
             let v = paths.iter().find(|(n, _)| *n == name)?.1.clone()?;
             if v.is_empty() {
@@ -248,6 +260,7 @@ impl Config {
             stats_file,
             hip_library,
             sysfs_root,
+            hook_dlsym,
             warnings,
         }
     }
@@ -293,6 +306,7 @@ mod tests {
         assert_eq!(c.exempt, vec!["librccl".to_string()]);
         assert_eq!(c.log, LogLevel::Warn);
         assert!(!c.stats);
+        assert!(c.hook_dlsym);
         assert_eq!(c.sysfs_root, PathBuf::from(DEFAULT_SYSFS_ROOT));
         assert!(c.warnings.is_empty());
         let names: Vec<String> = c.targets.iter().map(|g| g.to_string()).collect();
@@ -316,6 +330,7 @@ mod tests {
             ("RMCP_LOG", "trace", |c| c.log == LogLevel::Trace),
             ("RMCP_LOG", "off", |c| c.log == LogLevel::Off),
             ("RMCP_STATS", "1", |c| c.stats),
+            ("RMCP_HOOK_DLSYM", "0", |c| !c.hook_dlsym),
             ("RMCP_EXEMPT", "", |c| c.exempt.is_empty()),
             ("RMCP_EXEMPT", "librccl, libfoo ,", |c| {
                 c.exempt == ["librccl", "libfoo"]
@@ -344,6 +359,7 @@ mod tests {
             ("RMCP_FINEGRAINED", "maybe"),
             ("RMCP_LOG", "loud"),
             ("RMCP_STATS", "yes"),
+            ("RMCP_HOOK_DLSYM", "maybe"),
             ("RMCP_TARGETS", "rdna2"),
             ("RMCP_TARGETS", ","),
         ] {

@@ -4,6 +4,7 @@
 //!
 //! Where things are:
 //! - `hooks`: the exported C functions (thin trampolines);
+//! - `dlsym`: the interposed dlsym, for callers that look HIP up on a handle;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
 //! - `policy`: the rewrite rules, pure;
 //! - `topology`: the KFD topology and which GPUs are affected;
@@ -17,6 +18,7 @@
 
 pub mod caller;
 pub mod config;
+pub mod dlsym;
 pub mod hooks;
 pub mod intercept;
 pub mod log;

@@ -37,6 +37,10 @@ pub const HOOKS: [(Hook, &str); Hook::COUNT] = [
     (Hook::HipGetProcAddress, "hipGetProcAddress"),
 ];
 
+/// Exported functions that are not HIP entry points: the lookup `dlsym` (`dlsym.rs`),
+/// so that callers which look HIP up on a handle get the hooks too.
+pub const LOOKUP_EXPORTS: [&str; 1] = ["dlsym"];
+
 impl Hook {
     pub const COUNT: usize = 11;
 
