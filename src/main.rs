@@ -1,11 +1,13 @@
 //! `rmcp`: the launcher and diagnostics for librmcp_shim.so.
 //!
 //! - `rmcp run [OPTIONS] -- CMD [ARGS...]` preloads the shim and execs CMD;
-//! - `rmcp doctor [--json] [--sysfs ROOT]` says what rmcp sees on this machine.
+//! - `rmcp doctor [--json] [--sysfs ROOT]` says what rmcp sees on this machine;
+//! - `rmcp check` runs the field-check program without and with the shim.
 //!
 //! The GPU facts come from the shim's own code (`rmcp_shim::topology`,
 //! `rmcp_shim::config`) through its rlib, so the CLI and the shim cannot disagree.
 
+mod check;
 mod checks;
 mod doctor;
 mod hiplib;
@@ -41,6 +43,8 @@ enum Command {
     Run(RunArgs),
     /// Check the GPUs, HIP runtimes, environment and driver settings that matter to rmcp.
     Doctor(DoctorArgs),
+    /// Run the field-check program without and with librmcp_shim.so and compare.
+    Check(CheckArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -133,10 +137,29 @@ pub struct DoctorArgs {
     pub sysfs: Option<PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The field-check program (default: $RMCP_FIELD_CHECK, else rmcp-field-check next to
+    /// rmcp, else examples/field-check/build/ of rmcp's source tree).
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+    /// RMCP_MODE=force for the run with rmcp (default: auto, which rewrites only for the
+    /// GPUs in RMCP_TARGETS).
+    #[arg(long)]
+    pub force: bool,
+    /// Seconds each run may take before it is killed.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub timeout: u64,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => ExitCode::from(run::run(args)),
         Command::Doctor(args) => ExitCode::from(doctor::main(args)),
+        Command::Check(args) => ExitCode::from(check::main(args)),
     }
 }

@@ -87,7 +87,7 @@ pub fn locate_shim_from_env() -> ShimSearch {
     )
 }
 
-fn is_shim_entry(entry: &[u8]) -> bool {
+pub(crate) fn is_shim_entry(entry: &[u8]) -> bool {
     Path::new(OsStr::from_bytes(entry))
         .file_name()
         .is_some_and(|n| n == SHIM_NAME)
@@ -196,11 +196,13 @@ pub fn option_env(args: &RunArgs) -> Vec<(&'static str, OsString)> {
     env
 }
 
-/// Runs `rmcp run`; returns only when the exec failed (or never happened).
-pub fn run(args: RunArgs) -> u8 {
+/// The shim's absolute path, ready for LD_PRELOAD: found as `locate_shim` finds it from
+/// `explicit` (--shim), RMCP_SHIM and the rmcp executable. On failure the reason has been
+/// printed and the exit status is returned (127 not found, 125 unusable path).
+pub(crate) fn shim_for_preload(explicit: Option<&Path>) -> Result<PathBuf, u8> {
     let exe = std::env::current_exe().ok();
     let search = locate_shim(
-        args.shim.as_deref(),
+        explicit,
         std::env::var_os("RMCP_SHIM").as_deref(),
         exe.as_deref(),
     );
@@ -209,14 +211,14 @@ pub fn run(args: RunArgs) -> u8 {
             "rmcp: {SHIM_NAME} not found; looked at {}. Give its path with --shim PATH or RMCP_SHIM.",
             search.describe_tried()
         );
-        return EXIT_NOT_FOUND;
+        return Err(EXIT_NOT_FOUND);
     };
     // Children of the command may chdir: LD_PRELOAD needs an absolute path.
     let shim = match absolute_shim_path(&shim) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("rmcp: cannot make {} absolute: {e}", shim.display());
-            return EXIT_FAILED;
+            return Err(EXIT_FAILED);
         }
     };
     if shim
@@ -230,8 +232,17 @@ pub fn run(args: RunArgs) -> u8 {
              install it elsewhere",
             shim.display()
         );
-        return EXIT_FAILED;
+        return Err(EXIT_FAILED);
     }
+    Ok(shim)
+}
+
+/// Runs `rmcp run`; returns only when the exec failed (or never happened).
+pub fn run(args: RunArgs) -> u8 {
+    let shim = match shim_for_preload(args.shim.as_deref()) {
+        Ok(p) => p,
+        Err(status) => return status,
+    };
 
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut cmd = Command::new(program);
