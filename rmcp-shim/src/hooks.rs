@@ -54,7 +54,11 @@ macro_rules! hooks {
                         // runtime's function of the same name and C signature.
                         api.$name.map(|f| unsafe { f($($arg),*) })
                     });
-                    $( if rc == error::SUCCESS { $post; } )?
+                    // Bookkeeping after the call: a panic there (a log line that cannot be
+                    // written) must not cross into the caller.
+                    $( if rc == error::SUCCESS {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| $post));
+                    } )?
                     rc
                 }
             )*

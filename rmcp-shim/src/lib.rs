@@ -22,6 +22,7 @@ pub mod dlsym;
 pub mod hooks;
 pub mod intercept;
 pub mod log;
+pub mod once;
 pub mod policy;
 pub mod registry;
 pub mod state;

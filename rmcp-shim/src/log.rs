@@ -113,6 +113,9 @@ pub fn init(cfg: &Config) -> Option<String> {
     let subscriber = tracing_subscriber::fmt::Subscriber::builder()
         .with_max_level(filter(cfg.log))
         .with_writer(FdWriter(fd))
+        // A log line that cannot be written is dropped: never a report of that on stderr
+        // (a full disk would get two lines per event).
+        .log_internal_errors(false)
         .event_format(Prefix)
         .finish();
     // Fails only if a dispatcher is already set in this copy of `tracing` (a second init).

@@ -16,7 +16,7 @@
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use once_cell::sync::OnceCell;
+use crate::once::ForkOnce;
 use rmcp_sys::locate::{self, Runtime};
 use rmcp_sys::{HipApi, PciAddress, error};
 
@@ -62,14 +62,14 @@ pub struct Shim {
     /// None while unknown (off mode, or not yet read).
     topology: Option<Topology>,
     /// hipRuntimeGetVersion, asked once when first needed.
-    version: OnceCell<Option<i32>>,
+    version: ForkOnce<Option<i32>>,
     /// The HIP ordinals, listed once when first needed (at build on a mixed machine).
-    devices: OnceCell<Vec<Device>>,
+    devices: ForkOnce<Vec<Device>>,
 }
 
-static CONFIG: OnceCell<Config> = OnceCell::new();
-static RUNTIME: OnceCell<Option<Runtime>> = OnceCell::new();
-static SHIM: OnceCell<Shim> = OnceCell::new();
+static CONFIG: ForkOnce<Config> = ForkOnce::new();
+static RUNTIME: ForkOnce<Option<Runtime>> = ForkOnce::new();
+static SHIM: ForkOnce<Shim> = ForkOnce::new();
 
 /// The configuration; sets up logging the first time.
 pub fn config() -> &'static Config {
@@ -184,8 +184,8 @@ fn build() -> Shim {
         host_affected: false,
         device_class: DeviceClass::All(false),
         topology: None,
-        version: OnceCell::new(),
-        devices: OnceCell::new(),
+        version: ForkOnce::new(),
+        devices: ForkOnce::new(),
     };
     if config.mode != Mode::Off {
         classify(&mut shim);

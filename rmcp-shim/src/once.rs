@@ -1,0 +1,149 @@
+//! A once-cell that survives `fork`.
+//!
+//! `once_cell::sync::OnceCell` makes every other thread wait while one builds the value. If
+//! the process forks meanwhile, the child inherits a cell marked "being built" by a thread
+//! that does not exist in the child, and the child's first hooked call waits forever. This
+//! cell records which process is building. A caller finding a build started in another
+//! process (its parent, before a fork) starts its own; one finding a build in its own
+//! process waits, as with `OnceCell`. A builder that panics leaves the cell empty.
+
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const EMPTY: u64 = 0;
+const DONE: u64 = 1;
+
+/// "Being built by process `pid`": distinct from EMPTY and DONE.
+fn building(pid: u32) -> u64 {
+    (u64::from(pid) << 2) | 2
+}
+
+pub struct ForkOnce<T> {
+    state: AtomicU64,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+// SAFETY: the value is written once, by the thread that won the state's compare-exchange,
+// before the Release store of DONE; it is only read after an Acquire load of DONE.
+unsafe impl<T: Send + Sync> Sync for ForkOnce<T> {}
+
+impl<T> Default for ForkOnce<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> ForkOnce<T> {
+    pub const fn new() -> Self {
+        ForkOnce {
+            state: AtomicU64::new(EMPTY),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    #[inline(always)]
+    pub fn get(&self) -> Option<&T> {
+        if self.state.load(Ordering::Acquire) == DONE {
+            // SAFETY: DONE is stored only after the value was written (see `Sync`).
+            Some(unsafe { (*self.value.get()).assume_init_ref() })
+        } else {
+            None
+        }
+    }
+
+    #[inline(always)]
+    pub fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
+        match self.get() {
+            Some(v) => v,
+            None => self.init(f),
+        }
+    }
+
+    #[cold]
+    fn init(&self, f: impl FnOnce() -> T) -> &T {
+        let me = building(std::process::id());
+        let mut f = Some(f);
+        loop {
+            let s = self.state.load(Ordering::Acquire);
+            if s == DONE {
+                return self.get().expect("DONE");
+            }
+            // Empty, or being built by a thread of another process (our parent, before it
+            // forked): build it here.
+            let orphaned = s != EMPTY && s != me;
+            if (s == EMPTY || orphaned)
+                && self
+                    .state
+                    .compare_exchange(s, me, Ordering::Acquire, Ordering::Acquire)
+                    .is_ok()
+            {
+                struct Reset<'a>(&'a AtomicU64);
+                impl Drop for Reset<'_> {
+                    fn drop(&mut self) {
+                        // Only reached if the builder panicked.
+                        self.0.store(EMPTY, Ordering::Release);
+                    }
+                }
+                let reset = Reset(&self.state);
+                let v = (f.take().expect("built once"))();
+                // SAFETY: this thread won the compare-exchange, so no other thread reads or
+                // writes the value until DONE is stored below.
+                unsafe { (*self.value.get()).write(v) };
+                std::mem::forget(reset);
+                self.state.store(DONE, Ordering::Release);
+                return self.get().expect("DONE");
+            }
+            // Another thread of this process is building: wait for it.
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn builds_once_across_threads() {
+        static CELL: ForkOnce<usize> = ForkOnce::new();
+        static BUILDS: AtomicUsize = AtomicUsize::new(0);
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    *CELL.get_or_init(|| {
+                        BUILDS.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        7
+                    })
+                })
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap(), 7);
+        }
+        assert_eq!(BUILDS.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_build_left_by_another_process_is_redone() {
+        let cell: ForkOnce<u32> = ForkOnce::new();
+        // What a child sees when its parent forked during a build.
+        cell.state
+            .store(building(std::process::id() + 1), Ordering::SeqCst);
+        assert_eq!(cell.get(), None);
+        assert_eq!(*cell.get_or_init(|| 5), 5);
+    }
+
+    #[test]
+    fn a_panicking_builder_leaves_the_cell_empty() {
+        let cell: ForkOnce<u32> = ForkOnce::new();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cell.get_or_init(|| panic!("build failed"));
+        }));
+        assert!(r.is_err());
+        assert_eq!(cell.get(), None);
+        assert_eq!(*cell.get_or_init(|| 9), 9);
+    }
+}
