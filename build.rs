@@ -152,6 +152,32 @@ fn main() {
 
     bench_client(&cc, &manifest, &out);
     dlsym_clients(&cc, &manifest, &out);
+    reliability_clients(&cc, &manifest, &out);
+}
+
+/// The reliability tests' clients (tests/reliability_*.rs), linked to the .so.6 fake:
+/// `RMCP_STRESS_CLIENT` (tests/c/stress.c) and `RMCP_FORK_CLIENT` (tests/c/forker.c).
+fn reliability_clients(cc: &Compiler, manifest: &Path, out: &Path) {
+    let fake6 = out.join("fake-hip-6");
+    for (name, src, var) in [
+        ("stress", "tests/c/stress.c", "RMCP_STRESS_CLIENT"),
+        ("forker", "tests/c/forker.c", "RMCP_FORK_CLIENT"),
+    ] {
+        println!("cargo:rerun-if-changed={src}");
+        let exe = out.join(name);
+        cc.run(
+            name,
+            &[
+                "-o".into(),
+                exe.display().to_string(),
+                manifest.join(src).display().to_string(),
+                format!("-L{}", fake6.display()),
+                "-lamdhip64".into(),
+                "-ldl".into(),
+            ],
+        );
+        println!("cargo:rustc-env={var}={}", exe.display());
+    }
 }
 
 /// Callers that look HIP up by name (tests/shim_dlsym.rs): `RMCP_DLSYM_CLIENT`, and

@@ -20,6 +20,22 @@
  *   FAKEHIP_FAIL=rules    FUNC:RC or FUNC@MASK:RC, comma-separated; FUNC may be
  *                         "*" (every allocation function). First match wins.
  *
+ * For the reliability tests (tests/reliability_*.rs):
+ *   FAKEHIP_COUNTS=path   count every call of every export in memory, lock-free, by
+ *       (function, rc, flags), and write the counts to path at exit (a library
+ *       destructor), one line each: <func> rc=<dec> flags=0x<hex> count=<dec>.
+ *       "%p" in path becomes the process id; a forked child starts from zero.
+ *       Independent of FAKEHIP_RECORD (which is far slower: dladdr and a write per call).
+ *   FAKEHIP_PATTERN=mod4  allocation functions (and hipHostRegister) answer by size,
+ *       before any other check and without allocating: size%4 == 0 -> hipSuccess with
+ *       *ptr set to a fixed non-null address (never free it), 1 -> hipErrorOutOfMemory,
+ *       2 -> hipErrorInvalidValue, 3 -> hipErrorInvalidValue for the shapes the shim
+ *       rewrites to (hipHostMalloc with NonCoherent set, hipExtMallocWithFlags with
+ *       flags 0), hipSuccess otherwise: a runtime that rejects the rewrite.
+ *   FAKEHIP_BLOCK=FUNC:US sleep US microseconds inside every call of FUNC (allocation
+ *       functions, frees and queries), after creating the file FAKEHIP_BLOCK_MARK
+ *       (if set): a caller can wait for the mark to know a thread is inside FUNC.
+ *
  * The real runtime's internal call shapes are mimicked: in the .so.5 build
  * hipMemAllocHost calls the exported hipHostMalloc through the PLT (as HIP
  * before 6.1 does); in .so.6/.so.7 every export only calls static code (the
@@ -35,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef FAKEHIP_MAJOR
@@ -79,6 +96,154 @@ static int g_current_default;
 static int g_nrules;
 static struct fail_rule g_rules[MAX_RULES];
 static char g_libname[256] = "?";
+
+/* FAKEHIP_PATTERN, FAKEHIP_BLOCK (see the header). */
+static int g_pattern;
+static char g_sentinel[64];
+static char g_block_func[64];
+static unsigned long g_block_us;
+static char g_block_mark[4096];
+
+/* FAKEHIP_COUNTS: open addressing on (function, rc, flags); keys are claimed with CAS. */
+#define COUNT_SLOTS 4096
+static char g_counts_path[4096];
+static int g_counting;
+static unsigned long long g_count_key[COUNT_SLOTS];
+static unsigned long long g_count_val[COUNT_SLOTS];
+static unsigned long long g_count_dropped;
+static const char *const g_count_funcs[] = {
+    "hipMalloc",           "hipExtMallocWithFlags", "hipHostMalloc",        "hipHostAlloc",
+    "hipMallocHost",       "hipMemAllocHost",       "hipMallocManaged",     "hipHostRegister",
+    "hipHostUnregister",   "hipHostGetFlags",       "hipFree",              "hipHostFree",
+    "hipMallocAsync",      "hipMallocFromPoolAsync", "hipRuntimeGetVersion", "hipGetDeviceCount",
+    "hipGetDevice",        "hipSetDevice",          "hipDeviceGetPCIBusId", "hipGetProcAddress",
+};
+#define COUNT_NFUNCS (sizeof g_count_funcs / sizeof g_count_funcs[0])
+static __thread const char *t_count_last;
+static __thread unsigned t_count_last_idx;
+
+static void count_call(const char *func, unsigned long long flags, int rc)
+{
+    unsigned idx = COUNT_NFUNCS, i;
+    unsigned long long key, h;
+
+    if (func == t_count_last) {
+        idx = t_count_last_idx;
+    } else {
+        for (i = 0; i < COUNT_NFUNCS; i++)
+            if (strcmp(func, g_count_funcs[i]) == 0) {
+                idx = i;
+                break;
+            }
+        t_count_last = func;
+        t_count_last_idx = idx;
+    }
+    key = (1ULL << 63) | ((unsigned long long)idx << 48) |
+          ((unsigned long long)(unsigned short)rc << 32) | (flags & 0xffffffffULL);
+    h = (key * 0x9E3779B97F4A7C15ULL) >> 52; /* 12 bits: COUNT_SLOTS */
+    for (i = 0; i < COUNT_SLOTS; i++) {
+        unsigned long long *k = &g_count_key[(h + i) % COUNT_SLOTS];
+        unsigned long long cur = __atomic_load_n(k, __ATOMIC_ACQUIRE);
+        if (cur == 0) {
+            unsigned long long expected = 0;
+            if (__atomic_compare_exchange_n(k, &expected, key, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                cur = key;
+            else
+                cur = expected;
+        }
+        if (cur == key) {
+            __atomic_fetch_add(&g_count_val[(h + i) % COUNT_SLOTS], 1, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    __atomic_fetch_add(&g_count_dropped, 1, __ATOMIC_RELAXED);
+}
+
+static void counts_reset_in_child(void)
+{
+    memset(g_count_key, 0, sizeof g_count_key);
+    memset(g_count_val, 0, sizeof g_count_val);
+    g_count_dropped = 0;
+}
+
+__attribute__((destructor)) static void counts_dump(void)
+{
+    char path[4096 + 32];
+    char line[256];
+    const char *pp;
+    unsigned i;
+    int fd;
+
+    if (!g_counting)
+        return;
+    /* "%p" -> pid */
+    pp = strstr(g_counts_path, "%p");
+    if (pp != NULL)
+        snprintf(path, sizeof path, "%.*s%ld%s", (int)(pp - g_counts_path), g_counts_path,
+                 (long)getpid(), pp + 2);
+    else
+        snprintf(path, sizeof path, "%s", g_counts_path);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "fakehip: cannot write FAKEHIP_COUNTS=%s: %s\n", path, strerror(errno));
+        return;
+    }
+    for (i = 0; i < COUNT_SLOTS; i++) {
+        unsigned long long key = __atomic_load_n(&g_count_key[i], __ATOMIC_ACQUIRE);
+        unsigned idx;
+        int n;
+        if (key == 0)
+            continue;
+        idx = (unsigned)((key >> 48) & 0x7fff);
+        n = snprintf(line, sizeof line, "%s rc=%d flags=0x%llx count=%llu\n",
+                     idx < COUNT_NFUNCS ? g_count_funcs[idx] : "?",
+                     (int)(short)(unsigned short)((key >> 32) & 0xffff), key & 0xffffffffULL,
+                     __atomic_load_n(&g_count_val[i], __ATOMIC_RELAXED));
+        if (n > 0 && write(fd, line, (size_t)n) < 0)
+            break;
+    }
+    if (g_count_dropped != 0) {
+        int n = snprintf(line, sizeof line, "dropped count=%llu\n", g_count_dropped);
+        if (n > 0)
+            (void)!write(fd, line, (size_t)n);
+    }
+    close(fd);
+}
+
+static void maybe_block(const char *func)
+{
+    struct timespec ts;
+    if (g_block_us == 0 || strcmp(func, g_block_func) != 0)
+        return;
+    if (g_block_mark[0] != '\0') {
+        int fd = open(g_block_mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0)
+            close(fd);
+    }
+    ts.tv_sec = (time_t)(g_block_us / 1000000);
+    ts.tv_nsec = (long)(g_block_us % 1000000) * 1000;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* FAKEHIP_PATTERN=mod4: the answer for an allocation call of this size and flags. */
+static int pattern_answer(const char *func, unsigned long long n, unsigned flags)
+{
+    switch (n % 4) {
+    case 1:
+        return hipErrorOutOfMemory;
+    case 2:
+        return hipErrorInvalidValue;
+    case 3:
+        if ((strcmp(func, "hipHostMalloc") == 0 && (flags & HOST_MALLOC_NONCOHERENT) != 0) ||
+            (strcmp(func, "hipExtMallocWithFlags") == 0 && flags == 0))
+            return hipErrorInvalidValue;
+        return hipSuccess;
+    default:
+        return hipSuccess;
+    }
+}
 
 static __thread int t_current = -1; /* -1: not yet initialised from the env */
 
@@ -229,6 +394,36 @@ static void fake_init_once(void)
     init_devices();
     init_rules();
 
+    {
+        const char *counts = getenv("FAKEHIP_COUNTS");
+        const char *pattern = getenv("FAKEHIP_PATTERN");
+        const char *block = getenv("FAKEHIP_BLOCK");
+        const char *mark = getenv("FAKEHIP_BLOCK_MARK");
+        if (counts != NULL && counts[0] != '\0' && strlen(counts) < sizeof g_counts_path) {
+            snprintf(g_counts_path, sizeof g_counts_path, "%s", counts);
+            pthread_atfork(NULL, NULL, counts_reset_in_child);
+            g_counting = 1;
+        }
+        if (pattern != NULL && pattern[0] != '\0') {
+            if (strcmp(pattern, "mod4") == 0)
+                g_pattern = 1;
+            else
+                fprintf(stderr, "fakehip: ignoring unknown FAKEHIP_PATTERN=%s\n", pattern);
+        }
+        if (block != NULL && block[0] != '\0') {
+            const char *colon = strrchr(block, ':');
+            if (colon != NULL && (size_t)(colon - block) < sizeof g_block_func) {
+                memcpy(g_block_func, block, (size_t)(colon - block));
+                g_block_func[colon - block] = '\0';
+                g_block_us = strtoul(colon + 1, NULL, 10);
+            } else {
+                fprintf(stderr, "fakehip: ignoring malformed FAKEHIP_BLOCK=%s\n", block);
+            }
+        }
+        if (mark != NULL)
+            snprintf(g_block_mark, sizeof g_block_mark, "%s", mark);
+    }
+
     memset(&info, 0, sizeof info);
     if (dladdr((void *)&fake_init_once, &info) != 0 && info.dli_fname != NULL) {
         const char *b = base_name(info.dli_fname);
@@ -321,6 +516,8 @@ static void rec_leave(size_t start, const char *func, unsigned long long size,
     int n;
 
     t_depth--;
+    if (g_counting)
+        count_call(func, flags, rc);
     if (g_record_fd < 0) {
         if (t_depth == 0)
             t_len = 0;
@@ -474,6 +671,13 @@ static int do_alloc(const char *func, void **p, size_t n, unsigned flags, int ki
     void *mem;
     int rc;
 
+    maybe_block(func);
+    if (g_pattern) {
+        rc = pattern_answer(func, n, flags);
+        if (p != NULL)
+            *p = rc == hipSuccess ? (void *)g_sentinel : NULL;
+        return rc;
+    }
     if (injected_failure(func, flags, &rc)) {
         if (p != NULL)
             *p = NULL;
@@ -510,6 +714,7 @@ static int do_alloc(const char *func, void **p, size_t n, unsigned flags, int ki
 static int do_free(const char *func, void *ptr)
 {
     int rc, kind = 0;
+    maybe_block(func);
     if (injected_failure(func, 0, &rc))
         return rc;
     if (ptr == NULL)
@@ -524,6 +729,9 @@ static int do_free(const char *func, void *ptr)
 static int do_host_register(void *ptr, size_t n, unsigned flags)
 {
     int rc;
+    maybe_block("hipHostRegister");
+    if (g_pattern)
+        return pattern_answer("hipHostRegister", n, flags);
     if (injected_failure("hipHostRegister", flags, &rc))
         return rc;
     if (ptr == NULL || n == 0)
@@ -564,6 +772,7 @@ static int do_host_get_flags(unsigned *flags_out, void *ptr)
 
 static int check_failure(const char *func, int *rc)
 {
+    maybe_block(func);
     return injected_failure(func, 0, rc);
 }
 
