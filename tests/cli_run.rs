@@ -16,6 +16,15 @@ struct Fixture {
     shim: PathBuf,
 }
 
+impl Fixture {
+    /// `rmcp run --shim <this fixture's shim>`, arguments to follow.
+    fn run(&self) -> Command {
+        let mut c = rmcp();
+        c.args(["run", "--shim"]).arg(&self.shim);
+        c
+    }
+}
+
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let shim = dir.path().join("librmcp_shim.so");
@@ -136,9 +145,8 @@ fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
 #[test]
 fn options_map_to_shim_variables() {
     let f = fixture();
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
+    let out = f
+        .run()
         .args([
             "--mode",
             "force",
@@ -229,9 +237,8 @@ fn bad_options_are_usage_errors() {
 fn exit_status_is_the_commands() {
     let f = fixture();
     for code in [0, 1, 42, 255] {
-        let out = rmcp()
-            .args(["run", "--shim"])
-            .arg(&f.shim)
+        let out = f
+            .run()
             .args(["--", "sh", "-c", &format!("exit {code}")])
             .output()
             .unwrap();
@@ -242,9 +249,8 @@ fn exit_status_is_the_commands() {
 #[test]
 fn signals_are_the_commands() {
     let f = fixture();
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
+    let out = f
+        .run()
         .args(["--", "sh", "-c", "kill -TERM $$"])
         .output()
         .unwrap();
@@ -255,9 +261,8 @@ fn signals_are_the_commands() {
 #[test]
 fn exec_replaces_rmcp_no_fork() {
     let f = fixture();
-    let child = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
+    let child = f
+        .run()
         .args(["--", "sh", "-c", "echo $$"])
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -272,9 +277,8 @@ fn exec_replaces_rmcp_no_fork() {
 fn sigpipe_is_not_left_ignored() {
     // Rust ignores SIGPIPE in its own process; the command must get the default back.
     let f = fixture();
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
+    let out = f
+        .run()
         .args(["--", "grep", "^SigIgn:", "/proc/self/status"])
         .output()
         .unwrap();
@@ -287,9 +291,8 @@ fn sigpipe_is_not_left_ignored() {
 #[test]
 fn missing_command_is_127() {
     let f = fixture();
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
+    let out = f
+        .run()
         .args(["--", "rmcp-no-such-command-xyz", "arg"])
         .output()
         .unwrap();
@@ -304,23 +307,11 @@ fn non_executable_command_is_126() {
     let script = f.dir.path().join("script.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
-        .arg("--")
-        .arg(&script)
-        .output()
-        .unwrap();
+    let out = f.run().arg("--").arg(&script).output().unwrap();
     assert_eq!(out.status.code(), Some(126), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("script.sh"));
     // A directory cannot be run either.
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
-        .arg("--")
-        .arg(f.dir.path())
-        .output()
-        .unwrap();
+    let out = f.run().arg("--").arg(f.dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(126), "{out:?}");
 }
 
@@ -340,9 +331,8 @@ fn awkward_arguments_pass_through_untouched() {
         "tab\there",
         "back\\slash",
     ];
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
+    let out = f
+        .run()
         .args([
             "--",
             "sh",
@@ -366,9 +356,8 @@ fn awkward_arguments_pass_through_untouched() {
 #[test]
 fn command_without_double_dash_and_hyphen_arguments() {
     let f = fixture();
-    let out = rmcp()
-        .args(["run", "--shim"])
-        .arg(&f.shim)
+    let out = f
+        .run()
         .args(["printf", "%s|", "--help", "-v"])
         .output()
         .unwrap();
