@@ -24,7 +24,7 @@ use std::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::config::Mode;
+use crate::policy;
 use crate::registry::Hook;
 use crate::state;
 use crate::thread;
@@ -133,7 +133,7 @@ fn substitute(hook: Hook, found: *mut c_void) -> *mut c_void {
         }
         let _inside = t.enter();
         let cfg = state::config();
-        if !cfg.hook_dlsym || cfg.mode == Mode::Off {
+        if !policy::substitute_dlsym(cfg.mode, cfg.hook_dlsym) {
             return found;
         }
         let Some(rt) = state::runtime() else {

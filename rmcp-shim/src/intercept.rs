@@ -252,7 +252,7 @@ pub unsafe fn substitute_proc_address(
         return;
     };
     let Some(rt) = shim.runtime else { return };
-    if !policy::substitute_proc_address(&shim.rules) {
+    if !policy::substitute_proc_address(shim.rules.mode) {
         return;
     }
     // SAFETY: per this function's contract.

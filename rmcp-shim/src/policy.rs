@@ -122,8 +122,14 @@ pub fn retry_as_asked(rc: HipError) -> bool {
 }
 
 /// hipGetProcAddress hands back the shim's function for a hooked name unless rmcp is off.
-pub fn substitute_proc_address(rules: &Rules) -> bool {
-    rules.mode != Mode::Off
+pub fn substitute_proc_address(mode: Mode) -> bool {
+    mode != Mode::Off
+}
+
+/// dlsym on a runtime handle hands back the shim's function for a hooked name when
+/// hipGetProcAddress would, and RMCP_HOOK_DLSYM has not turned it off.
+pub fn substitute_dlsym(mode: Mode, hook_dlsym: bool) -> bool {
+    hook_dlsym && substitute_proc_address(mode)
 }
 
 #[cfg(test)]
@@ -477,8 +483,12 @@ mod tests {
         ] {
             assert!(retry_as_asked(rc), "{rc}");
         }
-        assert!(substitute_proc_address(&rules(Mode::Auto)));
-        assert!(substitute_proc_address(&rules(Mode::DryRun)));
-        assert!(!substitute_proc_address(&rules(Mode::Off)));
+        for mode in [Mode::Auto, Mode::Force, Mode::DryRun] {
+            assert!(substitute_proc_address(mode), "{mode:?}");
+            assert!(substitute_dlsym(mode, true), "{mode:?}");
+            assert!(!substitute_dlsym(mode, false), "{mode:?}");
+        }
+        assert!(!substitute_proc_address(Mode::Off));
+        assert!(!substitute_dlsym(Mode::Off, true));
     }
 }
