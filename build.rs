@@ -187,7 +187,7 @@ fn dlsym_clients(cc: &Compiler, manifest: &Path, out: &Path) {
     const CLIENT: &str = "tests/c/dlsym_client.c";
     const SCOPE: &str = "tests/c/dlsym_scope.c";
     const SCOPEDEP: &str = "tests/c/dlsym_scopedep.c";
-    for path in [CLIENT, SCOPE, SCOPEDEP] {
+    for path in [CLIENT, SCOPE, SCOPEDEP, "tests/c/owner.h"] {
         println!("cargo:rerun-if-changed={path}");
     }
     let src = |p: &str| manifest.join(p).display().to_string();

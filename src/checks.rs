@@ -930,30 +930,20 @@ mod tests {
             device_id: Some(0x731f),
             io_links: vec![],
         };
-        assert_eq!(
-            override_finding(&g(100100), "X", "10.3.0").status,
-            Status::Error
-        );
-        assert_eq!(
-            override_finding(&g(100102), "X", "10.3.1").status,
-            Status::Error
-        );
-        assert_eq!(
-            override_finding(&g(100100), "X", "10.1.0").status,
-            Status::Ok
-        );
-        assert_eq!(
-            override_finding(&g(100301), "X", "10.3.0").status,
-            Status::Ok
-        );
-        assert_eq!(
-            override_finding(&g(110000), "X", "10.3.0").status,
-            Status::Warn
-        );
-        assert_eq!(override_finding(&g(0), "X", "10.3.0").status, Status::Warn);
-        assert_eq!(
-            override_finding(&g(100100), "X", "ten").status,
-            Status::Error
-        );
+        for (gfx, value, want) in [
+            (100100, "10.3.0", Status::Error),
+            (100102, "10.3.1", Status::Error),
+            (100100, "10.1.0", Status::Ok),
+            (100301, "10.3.0", Status::Ok),
+            (110000, "10.3.0", Status::Warn),
+            (0, "10.3.0", Status::Warn),
+            (100100, "ten", Status::Error),
+        ] {
+            assert_eq!(
+                override_finding(&g(gfx), "X", value).status,
+                want,
+                "gfx {gfx}, override {value}"
+            );
+        }
     }
 }

@@ -17,21 +17,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "owner.h"
+
 typedef int (*alloc3_fn)(void **, size_t, unsigned);
 typedef int (*free_fn)(void *);
 typedef int (*gpa_fn)(const char *, void **, int, uint64_t, int *);
 
-static const char *owner(const void *p)
-{
-    Dl_info info;
-    const char *slash;
-    if (p == NULL)
-        return "none";
-    if (dladdr(p, &info) == 0 || info.dli_fname == NULL)
-        return "?";
-    slash = strrchr(info.dli_fname, '/');
-    return slash ? slash + 1 : info.dli_fname;
-}
 
 static int xla(const char *soname)
 {

@@ -10,20 +10,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "owner.h"
+
 int hipHostMalloc(void **p, size_t n, unsigned flags); /* makes libamdhip64 a dependency */
 int rmcp_local_only_symbol(void);
 
-static const char *owner(const void *p)
-{
-    Dl_info info;
-    const char *slash;
-    if (p == NULL)
-        return "none";
-    if (dladdr(p, &info) == 0 || info.dli_fname == NULL)
-        return "?";
-    slash = strrchr(info.dli_fname, '/');
-    return slash ? slash + 1 : info.dli_fname;
-}
 
 void probe_scopes(void)
 {
