@@ -5,8 +5,10 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use rmcp_shim::config::{Config, Mode};
-use rmcp_shim::topology::{Gfx, GpuNode, PcieAtomics, Properties, Topology, is_affected};
+use rmcp_core::classify::is_affected;
+use rmcp_core::config::{Config, Mode, VARIABLES};
+use rmcp_core::gfx::Gfx;
+use rmcp_core::topology::{GpuNode, PcieAtomics, Properties, Topology};
 
 use crate::doctor::{Finding, GpuRow, Report, Roots, Status};
 
@@ -189,7 +191,7 @@ fn rmcp_action(affected: bool, mode: Mode) -> &'static str {
 }
 
 fn gpu_row(g: &GpuNode, cfg: &Config, ov: Option<String>, minor: Option<u64>) -> GpuRow {
-    let affected = is_affected(g, cfg);
+    let affected = is_affected(g.gfx, &cfg.targets, cfg.mode);
     GpuRow {
         node: g.node,
         gfx: g.gfx.to_string(),
@@ -530,7 +532,7 @@ fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
                 cfg.mode.as_str(),
                 targets.join(", "),
                 rmcp_vars_set(),
-                rmcp_shim::config::VARIABLES.len()
+                VARIABLES.len()
             ),
         )
         .with("mode", cfg.mode.as_str())
@@ -542,9 +544,9 @@ fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
 }
 
 fn rmcp_vars_set() -> usize {
-    rmcp_shim::config::VARIABLES
+    VARIABLES
         .iter()
-        .filter(|(n, _, _)| std::env::var_os(n).is_some())
+        .filter(|v| std::env::var_os(v.name).is_some())
         .count()
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use rmcp_shim::config::Config;
+use rmcp_core::config::Config;
 
 use crate::DoctorArgs;
 
@@ -212,7 +212,9 @@ fn env_path(name: &str, default: &str) -> PathBuf {
 
 /// Collects every finding.
 pub fn diagnose(args: &DoctorArgs) -> Report {
-    let cfg = Config::from_env();
+    // rmcp runs in secure-execution mode only if someone made it setuid: read the path
+    // variables as the shim would in the programs it starts, which are not.
+    let cfg = Config::from_env(false);
     let roots = Roots {
         sysfs: args.sysfs.clone().unwrap_or_else(|| cfg.sysfs_root.clone()),
         module: env_path("RMCP_MODULE_ROOT", "/sys/module"),

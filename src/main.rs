@@ -4,8 +4,8 @@
 //! - `rmcp doctor [--json] [--sysfs ROOT]` says what rmcp sees on this machine;
 //! - `rmcp check` runs the field-check program without and with the shim.
 //!
-//! The GPU facts come from the shim's own code (`rmcp_shim::topology`,
-//! `rmcp_shim::config`) through its rlib, so the CLI and the shim cannot disagree.
+//! The GPU facts come from `rmcp-core` (topology, classification, configuration), the
+//! code the shim decides with, so the CLI and the shim cannot disagree.
 
 mod check;
 mod checks;
@@ -117,7 +117,7 @@ pub struct RunArgs {
 }
 
 fn parse_targets_arg(s: &str) -> Result<String, String> {
-    match rmcp_shim::config::parse_targets(s) {
+    match rmcp_core::config::parse_targets(s) {
         Some(t) => Ok(t
             .iter()
             .map(|g| g.to_string())

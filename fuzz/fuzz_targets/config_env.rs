@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use libfuzzer_sys::fuzz_target;
-use rmcp_fuzz::config::{Config, DEFAULT_SYSFS_ROOT, VARIABLES};
+use rmcp_core::config::{Config, DEFAULT_SYSFS_ROOT, VARIABLES};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&bits, rest)) = data.split_first() else {
@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
             .collect()
     };
     let lookup = |name: &str| -> Option<OsString> {
-        let i = VARIABLES.iter().position(|(n, _, _)| *n == name)?;
+        let i = VARIABLES.iter().position(|v| v.name == name)?;
         values[i].clone()
     };
     let cfg = Config::from_lookup(lookup, secure);

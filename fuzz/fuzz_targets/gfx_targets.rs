@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmcp_fuzz::config::parse_targets;
-use rmcp_fuzz::topology::Gfx;
+use rmcp_core::config::parse_targets;
+use rmcp_core::gfx::Gfx;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

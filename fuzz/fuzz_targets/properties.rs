@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rmcp_fuzz::topology::Properties;
+use rmcp_core::topology::Properties;
 
 /// Names the shim and `rmcp doctor` look up.
 const NAMES: &[&str] = &[

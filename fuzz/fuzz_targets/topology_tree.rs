@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use rmcp_fuzz::topology::Topology;
+use rmcp_core::topology::Topology;
 
 fn root() -> &'static PathBuf {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();

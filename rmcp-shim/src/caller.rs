@@ -18,7 +18,7 @@ fn slot(addr: usize) -> usize {
 }
 
 /// True when the object at `ret` has a path containing one of `patterns`.
-pub fn is_exempt(ret: usize, patterns: &[String]) -> bool {
+pub(crate) fn is_exempt(ret: usize, patterns: &[String]) -> bool {
     if patterns.is_empty() || ret == 0 || ret >> 63 != 0 {
         return false;
     }
@@ -46,6 +46,7 @@ pub fn is_exempt(ret: usize, patterns: &[String]) -> bool {
 
 /// The path of the object containing `addr` contains one of `patterns` (no allocation).
 fn object_path_matches(addr: usize, patterns: &[String]) -> bool {
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr reads `addr` as a number only and fills `info`; 0 means no object.
     if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0
@@ -62,7 +63,7 @@ fn object_path_matches(addr: usize, patterns: &[String]) -> bool {
 }
 
 /// Path of the object containing `addr`, for log lines.
-pub fn object_name(addr: usize) -> String {
+pub(crate) fn object_name(addr: usize) -> String {
     rmcp_sys::locate::object_of(addr).map_or_else(|| "?".to_string(), |(_, p)| p)
 }
 

@@ -4,7 +4,7 @@
 //! rest. LD_PRELOAD alone does not reach them, because a lookup on a handle searches only
 //! that library and its dependencies.
 //!
-//! The shim exports `dlsym`. The export is a trampoline:
+//! The shim exports `dlsym`. The export is a trampoline (`exports.rs`):
 //! - `RTLD_DEFAULT` and `RTLD_NEXT` lookups jump straight to glibc's dlsym with the stack
 //!   untouched. glibc identifies the caller by its return address, which is still the
 //!   original caller's, so those lookups mean exactly what they meant without the shim.
@@ -24,19 +24,19 @@ use std::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::policy;
-use crate::registry::Hook;
 use crate::state;
 use crate::thread;
+use rmcp_core::policy;
+use rmcp_core::registry::Hook;
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
-/// glibc's dlsym, once found.
-static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+/// glibc's dlsym, once found (read by the trampoline in `exports.rs`).
+pub(crate) static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
 /// Finds glibc's dlsym. glibc 2.34 moved it into libc (version GLIBC_2.34); older glibc
 /// has it in libdl at GLIBC_2.2.5.
-extern "C" fn find_real_dlsym() -> usize {
+pub(crate) extern "C" fn find_real_dlsym() -> usize {
     let known = REAL_DLSYM.load(Ordering::Acquire);
     if known != 0 {
         return known;
@@ -70,43 +70,11 @@ fn real_dlsym() -> DlsymFn {
     unsafe { std::mem::transmute::<usize, DlsymFn>(p) }
 }
 
-/// `dlsym`, interposed. See the module documentation.
-///
-/// # Safety
-/// glibc's contract for dlsym.
-#[cfg_attr(not(test), unsafe(no_mangle))]
-#[unsafe(naked)]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    core::arch::naked_asm!(
-        // RTLD_DEFAULT (0) and RTLD_NEXT (-1): the caller's identity matters.
-        "test rdi, rdi",
-        "je 2f",
-        "cmp rdi, -1",
-        "je 2f",
-        // A handle: the body, an ordinary call.
-        "jmp {body}",
-        "2:",
-        "mov rax, qword ptr [rip + {real}]",
-        "test rax, rax",
-        "jz 3f",
-        "jmp rax",
-        // First lookup of the process: find glibc's dlsym, keeping the arguments.
-        "3:",
-        "push rdi",
-        "push rsi",
-        "sub rsp, 8",
-        "call {find}",
-        "add rsp, 8",
-        "pop rsi",
-        "pop rdi",
-        "jmp rax",
-        body = sym dlsym_on_handle,
-        real = sym REAL_DLSYM,
-        find = sym find_real_dlsym,
-    )
-}
-
-extern "C" fn dlsym_on_handle(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+/// The body of the `dlsym` export (`exports.rs`) for lookups on a handle.
+pub(crate) extern "C" fn dlsym_on_handle(
+    handle: *mut c_void,
+    symbol: *const c_char,
+) -> *mut c_void {
     // SAFETY: the caller's own arguments, passed on unchanged.
     let found = unsafe { real_dlsym()(handle, symbol) };
     if found.is_null() || symbol.is_null() {
@@ -144,7 +112,7 @@ fn substitute(hook: Hook, found: *mut c_void) -> *mut c_void {
             return found;
         }
         tracing::debug!("dlsym({}): handing back rmcp's function", hook.name());
-        crate::hooks::own_address(hook) as *mut c_void
+        crate::exports::own_address(hook) as *mut c_void
     })
 }
 
@@ -160,7 +128,7 @@ mod tests {
             p, not_found as *const () as usize,
             "glibc's dlsym not found"
         );
-        assert_ne!(p, dlsym as *const () as usize);
+        assert_ne!(p, crate::exports::own_dlsym_address());
         // It works: libc's own strlen through it.
         let f = real_dlsym();
         // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.

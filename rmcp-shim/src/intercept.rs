@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use rmcp_sys::{HipApi, HipError, error};
 
-use crate::policy::{self, Decision, Facts, Forward};
-use crate::registry::Hook;
 use crate::state::{self, Shim};
 use crate::stats::{self, Outcome};
 use crate::thread::{self, ThreadState};
+use rmcp_core::policy::{self, Decision, Facts, Forward};
+use rmcp_core::registry::Hook;
 
 /// The facts of one call, computed only when the policy asks.
 struct CallFacts<'a> {
@@ -55,6 +55,7 @@ fn call_forward(api: &HipApi, fw: Forward, out: *mut *mut c_void, size: usize) -
         Forward::HostMalloc(flags) => api.hipHostMalloc.map(|f| unsafe { f(out, size, flags) }),
         Forward::ExtMallocWithFlags(flags) => api
             .hipExtMallocWithFlags
+            // SAFETY: as above.
             .map(|f| unsafe { f(out, size, flags) }),
     }
 }
@@ -80,20 +81,20 @@ fn forward_bare(asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
 
 /// A hooked call as the caller made it.
 #[derive(Clone, Copy, Debug)]
-pub struct Call {
-    pub hook: Hook,
+pub(crate) struct Call {
+    pub(crate) hook: Hook,
     /// The caller's out-pointer (null if the function has none).
-    pub out: *mut *mut c_void,
-    pub size: usize,
-    pub flags: u32,
+    pub(crate) out: *mut *mut c_void,
+    pub(crate) size: usize,
+    pub(crate) flags: u32,
     /// The hook's return address, naming the caller.
-    pub ret: usize,
+    pub(crate) ret: usize,
 }
 
 /// The body of every hook. `asked` makes the caller's call to the runtime's function of
 /// the same name (None if the runtime lacks it).
 #[inline(always)]
-pub fn intercept(call: Call, asked: impl Fn(&HipApi) -> Option<HipError>) -> HipError {
+pub(crate) fn intercept(call: Call, asked: impl Fn(&HipApi) -> Option<HipError>) -> HipError {
     thread::with(|t| intercept_on(t, call, &asked))
 }
 
@@ -150,7 +151,7 @@ fn intercept_on(
 
     let _ = catch_unwind(AssertUnwindSafe(|| {
         after(t, call, decision, rc, fallback, lacks);
-        state::after_call(shim);
+        crate::report::after_call(shim);
     }));
     rc
 }
@@ -240,7 +241,7 @@ fn missing(hook: Hook, why: &str) {
 /// # Safety
 /// `symbol` is null or a NUL-terminated string; `pfn` is null or valid for reads and
 /// writes of one pointer (the caller's arguments to hipGetProcAddress).
-pub unsafe fn substitute_proc_address(
+pub(crate) unsafe fn substitute_proc_address(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     own: fn(Hook) -> usize,

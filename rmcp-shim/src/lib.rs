@@ -2,30 +2,34 @@
 //! where that memory is served badly (RDNA1/RDNA2 by default), transparently, for any
 //! program that loads the HIP runtime, through LD_PRELOAD.
 //!
-//! Where things are:
-//! - `hooks`: the exported C functions (thin trampolines);
-//! - `dlsym`: the interposed dlsym, for callers that look HIP up on a handle;
+//! This crate is the library and nothing else: every module is private, and the only
+//! symbols it exports are the trampolines in `exports` (the linker version script written
+//! by build.rs lists them, from the same table). What it decides comes from `rmcp-core`
+//! (pure: configuration, classification, policy, the hook registry); what it is is here:
+//! - `exports`: the exported trampolines, one per hooked function, and `dlsym`;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
-//! - `policy`: the rewrite rules, pure;
-//! - `topology`: the KFD topology and which GPUs are affected;
-//! - `config`: the RMCP_* environment;
-//! - `state`: lazy initialisation, the HIP-ordinal-to-GPU map, exit report, fork;
-//! - `registry`: the list of hooked names;
-//! - `stats`, `log`, `caller`, `thread`: counters, logging, RMCP_EXEMPT, per-thread state.
+//! - `dlsym`: the interposed lookup, for callers that look HIP up on a handle;
+//! - `state`: the lazy stages (configuration, runtime, device picture);
+//! - `devices`: the runtime's answers about its devices, over FFI;
+//! - `caller`: who called (RMCP_EXEMPT);
+//! - `stats`: the per-hook counters; `report`: the banner and the exit report;
+//! - `log`: the shim's own log writer; `thread`: per-thread state; `once`: a fork-safe
+//!   once-cell.
 //!
 //! The library's constructor does nothing: no I/O, no dlopen, no HIP call. All work
 //! happens on the first hooked call.
+//!
+//! The crate is also built as an rlib, only because cargo builds a library's cdylib for
+//! integration tests and dependents when it has an rlib as well; the rlib exposes nothing.
 
-pub mod caller;
-pub mod config;
-pub mod dlsym;
-pub mod hooks;
-pub mod intercept;
-pub mod log;
-pub mod once;
-pub mod policy;
-pub mod registry;
-pub mod state;
-pub mod stats;
-pub mod thread;
-pub mod topology;
+mod caller;
+mod devices;
+mod dlsym;
+mod exports;
+mod intercept;
+mod log;
+mod once;
+mod report;
+mod state;
+mod stats;
+mod thread;

@@ -13,11 +13,11 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::config::{Config, LogLevel};
+use rmcp_core::config::{Config, LogLevel};
 
 /// Writes each buffer with plain write(2) calls on a file descriptor that stays open.
 #[derive(Clone, Copy, Debug)]
-pub struct FdWriter(pub RawFd);
+pub(crate) struct FdWriter(pub RawFd);
 
 impl io::Write for FdWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -81,7 +81,7 @@ fn filter(level: LogLevel) -> LevelFilter {
 }
 
 /// Opens `path` for appending, close-on-exec.
-pub fn open_append(path: &std::path::Path) -> io::Result<RawFd> {
+pub(crate) fn open_append(path: &std::path::Path) -> io::Result<RawFd> {
     use std::os::fd::IntoRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
@@ -95,7 +95,7 @@ pub fn open_append(path: &std::path::Path) -> io::Result<RawFd> {
 
 /// Installs the shim's logger. Returns a warning to log when RMCP_LOG_FILE could not be
 /// opened (the log then goes to stderr).
-pub fn init(cfg: &Config) -> Option<String> {
+pub(crate) fn init(cfg: &Config) -> Option<String> {
     let mut warning = None;
     let fd = match &cfg.log_file {
         None => libc::STDERR_FILENO,

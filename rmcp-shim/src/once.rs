@@ -19,7 +19,7 @@ fn building(pid: u32) -> u64 {
     (u64::from(pid) << 2) | 2
 }
 
-pub struct ForkOnce<T> {
+pub(crate) struct ForkOnce<T> {
     state: AtomicU64,
     value: UnsafeCell<MaybeUninit<T>>,
 }
@@ -35,7 +35,7 @@ impl<T> Default for ForkOnce<T> {
 }
 
 impl<T> ForkOnce<T> {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         ForkOnce {
             state: AtomicU64::new(EMPTY),
             value: UnsafeCell::new(MaybeUninit::uninit()),
@@ -43,7 +43,7 @@ impl<T> ForkOnce<T> {
     }
 
     #[inline(always)]
-    pub fn get(&self) -> Option<&T> {
+    pub(crate) fn get(&self) -> Option<&T> {
         if self.state.load(Ordering::Acquire) == DONE {
             // SAFETY: DONE is stored only after the value was written (see `Sync`).
             Some(unsafe { (*self.value.get()).assume_init_ref() })
@@ -53,7 +53,7 @@ impl<T> ForkOnce<T> {
     }
 
     #[inline(always)]
-    pub fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
+    pub(crate) fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
         match self.get() {
             Some(v) => v,
             None => self.init(f),

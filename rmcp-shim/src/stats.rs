@@ -1,4 +1,4 @@
-//! Per-hook counters and the exit report.
+//! Per-hook counters: what the exit report (`report`) sums.
 //!
 //! Each thread gets a slot of its own, claimed on its first hooked call and released when
 //! it exits. Only that thread writes the slot, so a count is a plain load and store (no
@@ -7,12 +7,11 @@
 //! threads, further threads share a few slots with atomic adds. A report sums the slots.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use serde::Serialize;
 
-use crate::registry::{HOOKS, Hook};
+use rmcp_core::registry::Hook;
 
 /// Slots that belong to one thread at a time.
 const SLOTS: usize = 64;
@@ -104,19 +103,19 @@ fn add(c: &AtomicU64, v: u64, exclusive: bool) {
 
 /// What one call did.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The shim changed the call (dry-run: would have).
-    pub rewritten: bool,
+    pub(crate) rewritten: bool,
     /// The changed call failed and was retried as the caller asked.
-    pub fallback: bool,
+    pub(crate) fallback: bool,
     /// The caller got a non-success answer.
-    pub error: bool,
-    pub bytes: u64,
+    pub(crate) error: bool,
+    pub(crate) bytes: u64,
 }
 
 /// Counts one call in `slot` (the calling thread's, from `thread::ThreadState::slot`).
 #[inline(always)]
-pub fn record(slot: usize, hook: Hook, o: Outcome) {
+pub(crate) fn record(slot: usize, hook: Hook, o: Outcome) {
     let c = &COUNTERS[slot].0[hook.index()];
     let exclusive = slot < SLOTS;
     add(&c.calls, 1, exclusive);
@@ -136,7 +135,7 @@ pub fn record(slot: usize, hook: Hook, o: Outcome) {
 
 /// In the child of a fork: zero every counter (the child counts its own calls) and free
 /// every slot but the forking thread's, the only thread the child has.
-pub fn reset_after_fork() {
+pub(crate) fn reset_after_fork() {
     for slot in &COUNTERS {
         for c in &slot.0 {
             for v in c.all() {
@@ -151,15 +150,15 @@ pub fn reset_after_fork() {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
-    pub calls: u64,
-    pub rewritten: u64,
-    pub fallbacks: u64,
-    pub errors: u64,
-    pub bytes: u64,
+pub(crate) struct Counts {
+    pub(crate) calls: u64,
+    pub(crate) rewritten: u64,
+    pub(crate) fallbacks: u64,
+    pub(crate) errors: u64,
+    pub(crate) bytes: u64,
 }
 
-pub fn counts(hook: Hook) -> Counts {
+pub(crate) fn counts(hook: Hook) -> Counts {
     let mut c = Counts::default();
     for slot in &COUNTERS {
         let s = &slot.0[hook.index()];
@@ -170,77 +169,6 @@ pub fn counts(hook: Hook) -> Counts {
         c.bytes = c.bytes.wrapping_add(s.bytes.load(Ordering::Relaxed));
     }
     c
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RuntimeReport {
-    pub path: Option<String>,
-    pub version: Option<i32>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct DeviceReport {
-    pub ordinal: i32,
-    pub gfx: String,
-    pub pci: String,
-    pub affected: bool,
-}
-
-/// The JSON summary (RMCP_STATS_FILE); the README documents it.
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub rmcp: &'static str,
-    pub pid: u32,
-    pub mode: &'static str,
-    pub runtime: RuntimeReport,
-    pub devices: Vec<DeviceReport>,
-    pub calls: BTreeMap<&'static str, Counts>,
-}
-
-impl Report {
-    pub fn new(mode: &'static str, runtime: RuntimeReport, devices: Vec<DeviceReport>) -> Report {
-        Report {
-            rmcp: env!("CARGO_PKG_VERSION"),
-            pid: std::process::id(),
-            mode,
-            runtime,
-            devices,
-            calls: HOOKS.iter().map(|(h, name)| (*name, counts(*h))).collect(),
-        }
-    }
-
-    /// The summary for RMCP_STATS=1: a header, then one line per hook that was called.
-    pub fn human(&self) -> String {
-        let pid = self.pid;
-        let mut out = format!(
-            "rmcp[{pid}] stats: mode {}, runtime {} (version {})\n",
-            self.mode,
-            self.runtime.path.as_deref().unwrap_or("none"),
-            self.runtime
-                .version
-                .map_or_else(|| "unknown".to_string(), |v| v.to_string()),
-        );
-        let mut line = |name: &str, c: [String; 5]| {
-            out.push_str(&format!(
-                "rmcp[{pid}] {name:<24}{:>10}{:>10}{:>10}{:>10}{:>16}\n",
-                c[0], c[1], c[2], c[3], c[4]
-            ));
-        };
-        line(
-            "function",
-            ["calls", "rewritten", "fallbacks", "errors", "bytes"].map(String::from),
-        );
-        for (_, name) in HOOKS {
-            let c = self.calls[name];
-            if c.calls > 0 {
-                line(
-                    name,
-                    [c.calls, c.rewritten, c.fallbacks, c.errors, c.bytes].map(|v| v.to_string()),
-                );
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -307,9 +235,9 @@ mod tests {
                 bytes: 10_000 * n
             }
         );
-        let report = Report::new(
+        let report = crate::report::Report::new(
             "auto",
-            RuntimeReport {
+            crate::report::RuntimeReport {
                 path: None,
                 version: None,
             },

@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 
-pub struct ThreadState {
+pub(crate) struct ThreadState {
     inside: Cell<bool>,
     slot: Cell<u32>,
 }
@@ -26,12 +26,12 @@ thread_local! {
 
 /// Runs `f` with this thread's state.
 #[inline(always)]
-pub fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
+pub(crate) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
     STATE.with(f)
 }
 
 /// Marks the thread as inside a hook until dropped.
-pub struct Entered<'a>(&'a ThreadState);
+pub(crate) struct Entered<'a>(&'a ThreadState);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
@@ -42,18 +42,18 @@ impl Drop for Entered<'_> {
 impl ThreadState {
     /// True while this thread is inside a hook.
     #[inline(always)]
-    pub fn inside(&self) -> bool {
+    pub(crate) fn inside(&self) -> bool {
         self.inside.get()
     }
 
-    pub fn enter(&self) -> Entered<'_> {
+    pub(crate) fn enter(&self) -> Entered<'_> {
         self.inside.set(true);
         Entered(self)
     }
 
     /// This thread's stats slot, claimed on first use.
     #[inline(always)]
-    pub fn slot(&self) -> usize {
+    pub(crate) fn slot(&self) -> usize {
         match self.slot.get() {
             NO_SLOT => {
                 let s = crate::stats::claim_slot();

@@ -4,7 +4,7 @@
 //! ROCm/clr `hipamd/src/hip_memory.cpp` and `include/hip/hip_runtime_api.h`; nothing here
 //! is rmcp policy. Values are identical in every runtime from 5.0 to 7.x unless noted.
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 
 pub mod locate;
 
@@ -135,27 +135,75 @@ macro_rules! hip_api {
     };
 }
 
-hip_api! {
-    hipMalloc(ptr: *mut *mut c_void, size: usize);
-    hipExtMallocWithFlags(ptr: *mut *mut c_void, size: usize, flags: c_uint);
-    hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint);
-    hipHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint);
-    hipMallocHost(ptr: *mut *mut c_void, size: usize);
-    hipMemAllocHost(ptr: *mut *mut c_void, size: usize);
-    hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint);
-    hipHostRegister(host_ptr: *mut c_void, size: usize, flags: c_uint);
-    /// Since hip_5.1.
-    hipMallocAsync(ptr: *mut *mut c_void, size: usize, stream: *mut c_void);
-    /// Since hip_5.1.
-    hipMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, pool: *mut c_void, stream: *mut c_void);
-    /// Since hip_6.1. `status` is a `hipDriverProcAddressQueryResult*`.
-    hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, hip_version: c_int, flags: u64, status: *mut c_int);
-    hipRuntimeGetVersion(version: *mut c_int);
-    hipGetDeviceCount(count: *mut c_int);
-    hipGetDevice(device: *mut c_int);
-    /// Writes `"%04x:%02x:%02x.%x"`; needs `len > 12`.
-    hipDeviceGetPCIBusId(buf: *mut c_char, len: c_int, device: c_int);
+/// The one table of HIP entry points rmcp interposes: name, `Hook` variant, the C
+/// signature (hip_runtime_api.h), and which arguments carry the out-pointer, the size and
+/// the flags. `resolves SYMBOL into PFN` marks a function that hands out function pointers
+/// by name. Everything that lists hooks is generated from this table: `HipApi` here,
+/// `rmcp_core::registry::Hook`, the shim's exports and its linker version script.
+///
+/// Invoke with the name of a local macro, which receives the rows.
+#[macro_export]
+macro_rules! hooked_functions {
+    ($callback:ident) => {
+        $callback! {
+            hipMalloc = HipMalloc (ptr: *mut *mut ::core::ffi::c_void, size: usize)
+                => out: ptr, size: size, flags: 0;
+            hipExtMallocWithFlags = HipExtMallocWithFlags
+                (ptr: *mut *mut ::core::ffi::c_void, size: usize, flags: ::core::ffi::c_uint)
+                => out: ptr, size: size, flags: flags;
+            hipHostMalloc = HipHostMalloc
+                (ptr: *mut *mut ::core::ffi::c_void, size: usize, flags: ::core::ffi::c_uint)
+                => out: ptr, size: size, flags: flags;
+            hipHostAlloc = HipHostAlloc
+                (ptr: *mut *mut ::core::ffi::c_void, size: usize, flags: ::core::ffi::c_uint)
+                => out: ptr, size: size, flags: flags;
+            hipMallocHost = HipMallocHost (ptr: *mut *mut ::core::ffi::c_void, size: usize)
+                => out: ptr, size: size, flags: 0;
+            hipMemAllocHost = HipMemAllocHost (ptr: *mut *mut ::core::ffi::c_void, size: usize)
+                => out: ptr, size: size, flags: 0;
+            hipMallocManaged = HipMallocManaged
+                (ptr: *mut *mut ::core::ffi::c_void, size: usize, flags: ::core::ffi::c_uint)
+                => out: ptr, size: size, flags: flags;
+            hipHostRegister = HipHostRegister
+                (host_ptr: *mut ::core::ffi::c_void, size: usize, flags: ::core::ffi::c_uint)
+                => out: ::core::ptr::null_mut(), size: size, flags: flags;
+            /// Since hip_5.1.
+            hipMallocAsync = HipMallocAsync
+                (ptr: *mut *mut ::core::ffi::c_void, size: usize, stream: *mut ::core::ffi::c_void)
+                => out: ptr, size: size, flags: 0;
+            /// Since hip_5.1.
+            hipMallocFromPoolAsync = HipMallocFromPoolAsync
+                (ptr: *mut *mut ::core::ffi::c_void, size: usize, pool: *mut ::core::ffi::c_void,
+                 stream: *mut ::core::ffi::c_void)
+                => out: ptr, size: size, flags: 0;
+            /// Since hip_6.1. `status` is a `hipDriverProcAddressQueryResult*`.
+            hipGetProcAddress = HipGetProcAddress
+                (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
+                 hip_version: ::core::ffi::c_int, flags: u64, status: *mut ::core::ffi::c_int)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
+        }
+    };
 }
+
+/// `HipApi` from the hooked functions plus the ones rmcp only queries.
+macro_rules! hip_api_with_queries {
+    ($(
+        $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
+        => out: $out:expr, size: $size:expr, flags: $flags:expr
+        $(, resolves $sym:ident into $pfn:ident)? ;
+    )*) => {
+        hip_api! {
+            $( $(#[$doc])* $name($($arg: $ty),*); )*
+            hipRuntimeGetVersion(version: *mut c_int);
+            hipGetDeviceCount(count: *mut c_int);
+            hipGetDevice(device: *mut c_int);
+            /// Writes `"%04x:%02x:%02x.%x"`; needs `len > 12`.
+            hipDeviceGetPCIBusId(buf: *mut c_char, len: c_int, device: c_int);
+        }
+    };
+}
+
+hooked_functions!(hip_api_with_queries);
 
 /// A PCI address as HIP prints it and KFD stores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -122,6 +122,7 @@ pub fn mapped_objects() -> Vec<MappedObject> {
         // glibc calls this callback synchronously from `dl_iterate_phdr`; `info` points to
         // a valid `dl_phdr_info` for the duration of the call.
         let out = unsafe { &mut *(data as *mut Vec<MappedObject>) };
+        // SAFETY: as above, `info` is valid and unaliased for the duration of the call.
         let info = unsafe { &*info };
         if !info.dlpi_name.is_null() {
             // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
@@ -154,6 +155,7 @@ pub fn mapped_runtimes(exclude_base: usize) -> Vec<MappedObject> {
 
 /// Base address and path of the object that contains `addr`, from `dladdr`.
 pub fn object_of(addr: usize) -> Option<(usize, String)> {
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads `addr` as a number and fills `info`; it returns 0 when the
     // address is in no object, in which case `info` is not used.

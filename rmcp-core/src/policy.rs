@@ -4,7 +4,7 @@
 //! Facts that cost something to learn (the current device, the caller's library) are asked
 //! through [`Facts`] only when the answer can change the decision.
 
-use rmcp_sys::{HipError, device_malloc, error, host_alloc, host_malloc};
+use rmcp_sys::{HipError, device_malloc, error, host_alloc, host_malloc, split_hip_version};
 
 use crate::config::{Finegrained, Mode};
 use crate::registry::Hook;
@@ -113,6 +113,19 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         Some(f) if rules.mode == Mode::DryRun => Decision::WouldRewrite(f),
         Some(f) => Decision::Rewrite(f),
     }
+}
+
+/// First runtime whose hipHostAlloc allocates host memory like hipHostMalloc: ROCm 6.3.0
+/// (ROCm/clr e988e5e4 "Un-deprecate hipHostAlloc()" and 1e4c60f2, on the 6.3 branch as
+/// 1595b958 and d962d399). Up to 6.2.4 it passes its flags to ihipMalloc as internal
+/// flags and allocates VRAM on the current device.
+pub const HOST_ALLOC_IS_HOST_SINCE: (i32, i32) = (6, 3);
+
+/// Whether a runtime reporting `hipRuntimeGetVersion` = `version` allocates host memory in
+/// hipHostAlloc (the answer to [`Facts::host_alloc_is_host`]).
+pub fn host_alloc_is_host(version: i32) -> bool {
+    let (major, minor, _) = split_hip_version(version);
+    (major, minor) >= HOST_ALLOC_IS_HOST_SINCE
 }
 
 /// A rewritten call that failed with `rc` is retried once exactly as the caller asked,

@@ -1,68 +1,15 @@
-//! Which GPUs are in the machine and which of them rmcp treats as affected.
+//! Which GPUs are in the machine: the KFD topology reader.
 //!
 //! The answer comes from the real hardware, as the kernel's KFD topology describes it
 //! (`/sys/class/kfd/kfd/topology/nodes/N/properties`), never from what HIP reports:
-//! HSA_OVERRIDE_GFX_VERSION changes HIP's answer but not the silicon.
+//! HSA_OVERRIDE_GFX_VERSION changes HIP's answer but not the silicon. Which of them rmcp
+//! treats as affected is `classify`'s business, not this module's.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use rmcp_sys::PciAddress;
 
-use crate::config::{Config, Mode};
-
-/// A GPU ISA as KFD encodes it: `gfx_target_version = major*10000 + minor*100 + stepping`
-/// (gfx1010 = 100100, gfx90a = 90010).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Gfx(pub u32);
-
-impl Gfx {
-    pub fn major(self) -> u32 {
-        self.0 / 10000
-    }
-    pub fn minor(self) -> u32 {
-        (self.0 / 100) % 100
-    }
-    pub fn stepping(self) -> u32 {
-        self.0 % 100
-    }
-
-    /// Parses a gfx name: `gfx` + major (decimal) + minor (one decimal digit) + stepping
-    /// (one hex digit), as in gfx1010, gfx1100, gfx90a, gfx942.
-    pub fn parse(name: &str) -> Option<Gfx> {
-        let digits = name.trim().to_ascii_lowercase();
-        let digits = digits.strip_prefix("gfx")?;
-        if digits.len() < 3 || !digits.is_ascii() {
-            return None;
-        }
-        let (major, rest) = digits.split_at(digits.len() - 2);
-        let minor = rest[..1].parse::<u32>().ok()?;
-        let stepping = u32::from_str_radix(&rest[1..], 16).ok()?;
-        if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) || major.len() > 2 {
-            return None;
-        }
-        let major: u32 = major.parse().ok()?;
-        if major == 0 {
-            return None;
-        }
-        Some(Gfx(major * 10000 + minor * 100 + stepping))
-    }
-}
-
-impl fmt::Display for Gfx {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 == 0 {
-            return write!(f, "unknown");
-        }
-        write!(
-            f,
-            "gfx{}{}{:x}",
-            self.major(),
-            self.minor(),
-            self.stepping()
-        )
-    }
-}
+use crate::gfx::Gfx;
 
 /// Whether the platform lets this GPU do PCIe AtomicOps, from its io_links flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -325,40 +272,9 @@ impl Topology {
     }
 }
 
-/// Whether rmcp rewrites allocations for this GPU under `cfg` (ignoring RMCP_MODE=off,
-/// which changes what is done, not what is affected).
-pub fn is_affected(gpu: &GpuNode, cfg: &Config) -> bool {
-    cfg.mode == Mode::Force || cfg.is_target(gpu.gfx)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gfx_names_round_trip() {
-        for (name, v) in [
-            ("gfx1010", 100100),
-            ("gfx1013", 100103),
-            ("gfx1030", 100300),
-            ("gfx1036", 100306),
-            ("gfx1100", 110000),
-            ("gfx90a", 90010),
-            ("gfx942", 90402),
-            ("gfx803", 80003),
-        ] {
-            let g = Gfx::parse(name).unwrap();
-            assert_eq!(g, Gfx(v), "{name}");
-            assert_eq!(g.to_string(), name);
-        }
-        assert_eq!(Gfx::parse("GFX1031"), Some(Gfx(100301)));
-        for bad in [
-            "", "gfx", "gfx10", "1010", "gfx10z0", "gfxa010", "gfx0010", "gfx10100", "gfx1é0",
-        ] {
-            assert_eq!(Gfx::parse(bad), None, "{bad}");
-        }
-        assert_eq!(Gfx(0).to_string(), "unknown");
-    }
 
     #[test]
     fn properties_parse_skips_garbage() {
@@ -419,14 +335,6 @@ mod tests {
         assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
         let pci = PciAddress::parse("0001:0a:00.0").unwrap();
         assert_eq!(t.gpu_at(pci).unwrap().node, 10);
-        let cfg = Config::default();
-        assert!(is_affected(&t.gpus[0], &cfg));
-        assert!(!is_affected(&t.gpus[1], &cfg));
-        let forced = Config {
-            mode: Mode::Force,
-            ..Config::default()
-        };
-        assert!(is_affected(&t.gpus[1], &forced));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -536,10 +444,6 @@ mod fixture_tests {
             "flags notanumber"
         );
         assert_eq!(t.gpus[1].gfx, Gfx(0));
-        assert!(
-            !is_affected(&t.gpus[1], &Config::default()),
-            "unknown gfx is not a target"
-        );
         let all = t.problems.join("\n");
         for needle in [
             "not an unsigned number",

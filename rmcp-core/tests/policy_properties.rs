@@ -1,9 +1,9 @@
 //! Properties of the pure rewrite policy, over every hook, flag value and situation.
 
 use proptest::prelude::*;
-use rmcp_shim::config::{Finegrained, Mode};
-use rmcp_shim::policy::{Decision, Facts, Forward, Rules, decide};
-use rmcp_shim::registry::{HOOKS, Hook};
+use rmcp_core::config::{Finegrained, Mode};
+use rmcp_core::policy::{Decision, Facts, Forward, Rules, decide};
+use rmcp_core::registry::{HOOKS, Hook};
 use rmcp_sys::{device_malloc, host_malloc};
 
 #[derive(Clone, Copy, Debug)]

@@ -1,0 +1,17 @@
+//! What the shim (`librmcp_shim.so`) and the `rmcp` CLI both need, as plain Rust: no
+//! exported symbols, no FFI, no logging, no global state. Everything here is a function of
+//! its inputs (a topology root is read from the file system, nothing else is).
+//!
+//! - [`gfx`]: GPU ISA names (`gfx1030`) as KFD encodes them;
+//! - [`topology`]: the KFD topology reader;
+//! - [`classify`]: which GPUs, and so which allocations, rmcp treats as affected;
+//! - [`policy`]: the rewrite rules (given flags, device class and config, what is forwarded);
+//! - [`registry`]: the hooked HIP functions, generated from `rmcp_sys::hooked_functions!`;
+//! - [`config`]: the RMCP_* variables, from one declarative table.
+
+pub mod classify;
+pub mod config;
+pub mod gfx;
+pub mod policy;
+pub mod registry;
+pub mod topology;

@@ -1,0 +1,242 @@
+//! Everything the library exports: one trampoline per row of the hook table
+//! (`rmcp_sys::hooked_functions!`) and `dlsym`. Nothing else leaves the library: the linker
+//! version script that `build.rs` writes lists exactly these names, from the same table.
+//!
+//! Each hook export is a two-instruction trampoline written with `global_asm!`: it loads its
+//! own return address (the caller's next instruction, at `[rsp]` on entry) into the first
+//! argument register after the function's own arguments, and jumps to the body. The body
+//! therefore sees the caller's return address as one more argument and returns straight to
+//! the caller. The register is derived from the argument count at compile time, and every
+//! argument's type is checked at compile time to travel in an integer register, so a row
+//! added to the table cannot make a trampoline overwrite an argument.
+//!
+//! Under `cfg(test)` the symbols carry a prefix, so unit tests never interpose themselves.
+
+use std::ffi::{c_int, c_uint};
+
+use rmcp_core::registry::Hook;
+use rmcp_sys::{HipError, error};
+
+use crate::intercept::{Call, intercept, substitute_proc_address};
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("the trampolines are written for x86-64 only");
+
+/// The symbol prefix: none in the library, one in unit-test executables.
+#[cfg(not(test))]
+macro_rules! prefix {
+    () => {
+        ""
+    };
+}
+#[cfg(test)]
+macro_rules! prefix {
+    () => {
+        "rmcp_unit_test_"
+    };
+}
+
+/// The exported name.
+macro_rules! export_symbol {
+    ($name:ident) => {
+        concat!(prefix!(), stringify!($name))
+    };
+}
+
+/// A hidden alias of the export at the same address, so the library names its own function
+/// without going through the dynamic linker (an earlier definition of the same name
+/// elsewhere in the process cannot be taken for it).
+macro_rules! own_symbol {
+    ($name:ident) => {
+        concat!("rmcp_own_", prefix!(), stringify!($name))
+    };
+}
+
+/// System V x86-64: integer arguments travel in rdi, rsi, rdx, rcx, r8, r9. The return
+/// address goes in the first one the function's own arguments leave free.
+macro_rules! return_address_register {
+    () => {
+        "rdi"
+    };
+    ($a:ident) => {
+        "rsi"
+    };
+    ($a:ident $b:ident) => {
+        "rdx"
+    };
+    ($a:ident $b:ident $c:ident) => {
+        "rcx"
+    };
+    ($a:ident $b:ident $c:ident $d:ident) => {
+        "r8"
+    };
+    ($a:ident $b:ident $c:ident $d:ident $e:ident) => {
+        "r9"
+    };
+    ($($a:ident)*) => {
+        compile_error!(
+            "a hook with six or more arguments leaves no register for the return address"
+        )
+    };
+}
+
+/// Types passed in one integer register (INTEGER class, at most 8 bytes): the only kind a
+/// trampoline's register arithmetic is right for.
+trait IntegerRegister {}
+impl<T> IntegerRegister for *mut T {}
+impl<T> IntegerRegister for *const T {}
+impl IntegerRegister for usize {}
+impl IntegerRegister for u64 {}
+impl IntegerRegister for c_uint {}
+impl IntegerRegister for c_int {}
+const fn integer_register<T: IntegerRegister>() {}
+
+/// The hook exports, their bodies and `own_address`, from the table's rows.
+macro_rules! exports {
+    ($(
+        $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
+        => out: $out:expr, size: $size:expr, flags: $flags:expr
+        $(, resolves $sym:ident into $pfn:ident)? ;
+    )*) => {
+        // Every argument of every hook travels in an integer register.
+        const _: () = { $( $( integer_register::<$ty>(); )* )* };
+
+        $(
+            core::arch::global_asm!(
+                ".pushsection .text",
+                ".p2align 4",
+                concat!(".globl ", export_symbol!($name)),
+                concat!(".type ", export_symbol!($name), ", @function"),
+                concat!(".globl ", own_symbol!($name)),
+                concat!(".hidden ", own_symbol!($name)),
+                concat!(export_symbol!($name), ":"),
+                concat!(own_symbol!($name), ":"),
+                concat!("mov ", return_address_register!($($arg)*), ", qword ptr [rsp]"),
+                // `jmp` keeps the stack as the caller left it: the body returns to the caller.
+                "jmp {body}",
+                concat!(".size ", export_symbol!($name), ", . - ", export_symbol!($name)),
+                ".popsection",
+                body = sym body::$name,
+            );
+        )*
+
+        mod body {
+            use super::*;
+            $(
+                #[allow(non_snake_case)]
+                pub(super) unsafe extern "C" fn $name($($arg: $ty,)* ret: usize) -> HipError {
+                    let call = Call { hook: Hook::$variant, out: $out, size: $size, flags: $flags, ret };
+                    let rc = intercept(call, |api| {
+                        // SAFETY: the caller's own arguments, passed on unchanged to the
+                        // runtime's function of the same name and C signature.
+                        api.$name.map(|f| unsafe { f($($arg),*) })
+                    });
+                    // Bookkeeping after the call: a panic there (a log line that cannot be
+                    // written) must not cross into the caller.
+                    $( if rc == error::SUCCESS {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            // SAFETY: the caller's own arguments, which the runtime just
+                            // accepted.
+                            unsafe { substitute_proc_address($sym, $pfn, own_address) }
+                        }));
+                    } )?
+                    rc
+                }
+            )*
+        }
+
+        mod own {
+            unsafe extern "C" {
+                $(
+                    #[link_name = own_symbol!($name)]
+                    pub(super) fn $name();
+                )*
+            }
+        }
+
+        /// The address of the library's export for `hook`.
+        pub(crate) fn own_address(hook: Hook) -> usize {
+            match hook {
+                $( Hook::$variant => own::$name as *const () as usize, )*
+            }
+        }
+    };
+}
+
+rmcp_sys::hooked_functions!(exports);
+
+// `dlsym`: RTLD_DEFAULT (0) and RTLD_NEXT (-1) lookups leave by a jump to glibc's dlsym with
+// the stack untouched, so glibc sees the original caller; a lookup on a handle jumps to the
+// body in `dlsym.rs`, an ordinary function. See `dlsym.rs`.
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".p2align 4",
+    concat!(".globl ", export_symbol!(dlsym)),
+    concat!(".type ", export_symbol!(dlsym), ", @function"),
+    concat!(".globl ", own_symbol!(dlsym)),
+    concat!(".hidden ", own_symbol!(dlsym)),
+    concat!(export_symbol!(dlsym), ":"),
+    concat!(own_symbol!(dlsym), ":"),
+    "test rdi, rdi",
+    "je 2f",
+    "cmp rdi, -1",
+    "je 2f",
+    "jmp {body}",
+    "2:",
+    "mov rax, qword ptr [rip + {real}]",
+    "test rax, rax",
+    "jz 3f",
+    "jmp rax",
+    // First lookup of the process: find glibc's dlsym, keeping the arguments.
+    "3:",
+    "push rdi",
+    "push rsi",
+    "sub rsp, 8",
+    "call {find}",
+    "add rsp, 8",
+    "pop rsi",
+    "pop rdi",
+    "jmp rax",
+    concat!(".size ", export_symbol!(dlsym), ", . - ", export_symbol!(dlsym)),
+    ".popsection",
+    body = sym crate::dlsym::dlsym_on_handle,
+    real = sym crate::dlsym::REAL_DLSYM,
+    find = sym crate::dlsym::find_real_dlsym,
+);
+
+#[cfg(test)]
+unsafe extern "C" {
+    #[link_name = own_symbol!(dlsym)]
+    fn own_dlsym(
+        handle: *mut std::ffi::c_void,
+        symbol: *const std::ffi::c_char,
+    ) -> *mut std::ffi::c_void;
+}
+
+/// The address of the library's `dlsym` export.
+#[cfg(test)]
+pub(crate) fn own_dlsym_address() -> usize {
+    own_dlsym as *const () as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp_core::registry::HOOKS;
+
+    #[test]
+    fn every_hook_has_a_distinct_export() {
+        let mut addrs: Vec<usize> = HOOKS.iter().map(|(h, _)| own_address(*h)).collect();
+        assert!(addrs.iter().all(|a| *a != 0));
+        addrs.sort();
+        addrs.dedup();
+        assert_eq!(addrs.len(), HOOKS.len());
+    }
+
+    #[test]
+    fn dlsym_trampoline_forwards_default_lookups() {
+        // SAFETY: the trampoline has dlsym's contract; RTLD_DEFAULT and a NUL-terminated name.
+        let p = unsafe { own_dlsym(libc::RTLD_DEFAULT, c"strlen".as_ptr()) };
+        assert_eq!(p as usize, libc::strlen as *const () as usize);
+    }
+}
