@@ -7,6 +7,7 @@
 //! The GPU facts come from the shim's own code (`rmcp_shim::topology`,
 //! `rmcp_shim::config`) through its rlib, so the CLI and the shim cannot disagree.
 
+mod build_info;
 mod check;
 mod checks;
 mod doctor;
@@ -23,7 +24,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Parser, Debug)]
 #[command(
     name = "rmcp",
-    version,
+    version = build_info::version_line(),
     about = "RDNA Memory Coherency Patch: run programs with librmcp_shim.so and diagnose the setup",
     propagate_version = true,
     max_term_width = 80
