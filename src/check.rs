@@ -37,9 +37,9 @@ const FC_INCOMPLETE: i32 = 3;
 /// The hipHostMalloc placements that are coherent unless rmcp rewrites them.
 const COHERENT_PLACEMENTS: [&str; 3] = ["host-default", "host-mapped", "host-coherent"];
 
-/// Finds the program: `--binary`, else `RMCP_FIELD_CHECK`, else next to rmcp, else the
-/// build output of the source tree rmcp was built from. A path the user named is never
-/// skipped past. Returns (places tried, found).
+/// Finds the program: `--binary`, else `RMCP_FIELD_CHECK`, else next to rmcp. A path the
+/// user named is never skipped past. Nothing about the machine rmcp was built on is used
+/// (no path into its source tree). Returns (places tried, found).
 pub fn locate_field_check(
     explicit: Option<&Path>,
     env: Option<&OsStr>,
@@ -55,18 +55,9 @@ pub fn locate_field_check(
         let found = p.is_file().then_some(p);
         return (tried, found);
     }
-    let mut candidates = Vec::new();
     if let Some(dir) = exe.and_then(Path::parent) {
-        candidates.push(("next to rmcp", dir.join(FIELD_CHECK_NAME)));
-    }
-    candidates.push((
-        "source tree",
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/field-check/build")
-            .join(FIELD_CHECK_NAME),
-    ));
-    for (what, p) in candidates {
-        tried.push((what.to_string(), p.clone()));
+        let p = dir.join(FIELD_CHECK_NAME);
+        tried.push(("next to rmcp".to_string(), p.clone()));
         if p.is_file() {
             return (tried, Some(p));
         }
@@ -495,8 +486,9 @@ pub fn main(args: CheckArgs) -> u8 {
     let Some(program) = found else {
         eprintln!(
             "rmcp: {FIELD_CHECK_NAME} not found; looked at {}. Build it with \
-             examples/field-check/build.sh (needs hipcc), or give its path with --binary PATH \
-             or RMCP_FIELD_CHECK.",
+             examples/field-check/build.sh (needs hipcc; it writes \
+             examples/field-check/build/{FIELD_CHECK_NAME}), then give its path with \
+             --binary PATH or RMCP_FIELD_CHECK, or put it next to rmcp.",
             tried
                 .iter()
                 .map(|(w, p)| format!("{w}: {}", p.display()))

@@ -141,7 +141,7 @@ pub struct DoctorArgs {
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
     /// The field-check program (default: $RMCP_FIELD_CHECK, else rmcp-field-check next to
-    /// rmcp, else examples/field-check/build/ of rmcp's source tree).
+    /// rmcp).
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
     /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
