@@ -10,13 +10,13 @@
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::CheckArgs;
+use crate::preload;
 use crate::run::{self, EXIT_NOT_FOUND};
 
 /// File name of the field-check program.
@@ -63,16 +63,6 @@ pub fn locate_field_check(
         }
     }
     (tried, None)
-}
-
-/// LD_PRELOAD without any librmcp_shim.so entry; None when nothing is left.
-pub fn strip_shim(existing: Option<&OsStr>) -> Option<OsString> {
-    let bytes = existing.map(OsStr::as_bytes).unwrap_or(b"");
-    let kept: Vec<&[u8]> = bytes
-        .split(|b| *b == b':' || *b == b' ')
-        .filter(|e| !e.is_empty() && !run::is_shim_entry(e))
-        .collect();
-    (!kept.is_empty()).then(|| OsStr::from_bytes(&kept.join(&b':')).to_os_string())
 }
 
 /// How a run ended.
@@ -512,15 +502,15 @@ pub fn main(args: CheckArgs) -> u8 {
     let stats = tmp.0.join("stats.json");
     let mode = if args.force { "force" } else { "auto" };
     let timeout = Duration::from_secs(args.timeout);
-    let preload = std::env::var_os("LD_PRELOAD");
+    let ld_preload = std::env::var_os("LD_PRELOAD");
 
     println!("rmcp check");
     println!("  program  {}", program.display());
     println!("  shim     {} (RMCP_MODE={mode})", shim.display());
     println!();
 
-    let without = strip_shim(preload.as_deref());
-    let with = run::merge_ld_preload(&shim, preload.as_deref());
+    let without = preload::without_shim(ld_preload.as_deref());
+    let with = preload::with_shim(&shim, ld_preload.as_deref());
     let with_env = [
         ("RMCP_MODE", OsString::from(mode)),
         ("RMCP_LOG", OsString::from("info")),

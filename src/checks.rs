@@ -549,19 +549,7 @@ fn rmcp_vars_set() -> usize {
 }
 
 fn ld_preload(out: &mut Vec<Finding>) {
-    use std::os::unix::ffi::OsStrExt;
-    let value = std::env::var_os("LD_PRELOAD").unwrap_or_default();
-    let shims: Vec<String> = value
-        .as_bytes()
-        .split(|b| *b == b':' || *b == b' ')
-        .filter(|e| !e.is_empty())
-        .map(|e| String::from_utf8_lossy(e).into_owned())
-        .filter(|e| {
-            Path::new(e)
-                .file_name()
-                .is_some_and(|n| n == crate::run::SHIM_NAME)
-        })
-        .collect();
+    let shims = crate::preload::shim_entries(std::env::var_os("LD_PRELOAD").as_deref());
     let f = match shims.as_slice() {
         [] => Finding::new(
             "ld-preload",

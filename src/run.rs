@@ -4,15 +4,12 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::preload::{self, SHIM_NAME};
 use crate::{FinegrainedArg, LogArg, ModeArg, RunArgs};
-
-/// File name of the shim.
-pub const SHIM_NAME: &str = "librmcp_shim.so";
 
 /// Exit statuses, as env(1) uses them.
 pub const EXIT_CANNOT_RUN: u8 = 126;
@@ -85,52 +82,6 @@ pub fn locate_shim_from_env() -> ShimSearch {
         std::env::var_os("RMCP_SHIM").as_deref(),
         exe.as_deref(),
     )
-}
-
-pub(crate) fn is_shim_entry(entry: &[u8]) -> bool {
-    Path::new(OsStr::from_bytes(entry))
-        .file_name()
-        .is_some_and(|n| n == SHIM_NAME)
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    if a == b {
-        return true;
-    }
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    }
-}
-
-/// The new LD_PRELOAD. ld.so separates entries with colons or spaces.
-///
-/// - `shim` already there (same path or same file) and no other copy of the shim: the
-///   value is returned unchanged.
-/// - Otherwise `shim` goes first, then the existing entries in their order, minus any other
-///   `librmcp_shim.so` (two copies of the shim in one process would hook each other),
-///   joined with colons.
-pub fn merge_ld_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
-    let existing = existing.map(OsStr::as_bytes).unwrap_or(b"");
-    let entries: Vec<&[u8]> = existing
-        .split(|b| *b == b':' || *b == b' ')
-        .filter(|e| !e.is_empty())
-        .collect();
-    let is_ours = |e: &[u8]| same_file(Path::new(OsStr::from_bytes(e)), shim);
-    let ours_present = entries.iter().any(|e| is_ours(e));
-    let other_shims = entries.iter().any(|e| is_shim_entry(e) && !is_ours(e));
-    if ours_present && !other_shims {
-        return OsStr::from_bytes(existing).to_os_string();
-    }
-    let mut out: Vec<u8> = shim.as_os_str().as_bytes().to_vec();
-    for e in entries {
-        if is_shim_entry(e) || is_ours(e) {
-            continue;
-        }
-        out.push(b':');
-        out.extend_from_slice(e);
-    }
-    OsString::from(OsStr::from_bytes(&out))
 }
 
 fn mode_value(m: ModeArg) -> &'static str {
@@ -214,19 +165,14 @@ pub(crate) fn shim_for_preload(explicit: Option<&Path>) -> Result<PathBuf, u8> {
         return Err(EXIT_NOT_FOUND);
     };
     // Children of the command may chdir: LD_PRELOAD needs an absolute path.
-    let shim = match absolute_shim_path(&shim) {
+    let shim = match preload::absolute_entry(&shim) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("rmcp: cannot make {} absolute: {e}", shim.display());
             return Err(EXIT_FAILED);
         }
     };
-    if shim
-        .as_os_str()
-        .as_bytes()
-        .iter()
-        .any(|b| *b == b':' || *b == b' ')
-    {
+    if !preload::can_carry(&shim) {
         eprintln!(
             "rmcp: the shim's path {:?} contains a colon or a space, which LD_PRELOAD cannot carry; \
              install it elsewhere",
@@ -249,7 +195,7 @@ pub fn run(args: RunArgs) -> u8 {
     cmd.args(rest);
     cmd.env(
         "LD_PRELOAD",
-        merge_ld_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
+        preload::with_shim(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
     );
     for (k, v) in option_env(&args) {
         cmd.env(k, v);
@@ -260,16 +206,6 @@ pub fn run(args: RunArgs) -> u8 {
     let name = program.to_string_lossy();
     eprintln!("rmcp: {name}: {err}");
     exec_error_status(&err)
-}
-
-/// An absolute path for LD_PRELOAD: the directory is resolved (no `..`), the file name is
-/// kept as it is (a symlink named librmcp_shim.so stays recognisable as the shim).
-pub fn absolute_shim_path(shim: &Path) -> io::Result<PathBuf> {
-    let abs = std::path::absolute(shim)?;
-    match (abs.parent(), abs.file_name()) {
-        (Some(dir), Some(name)) => Ok(std::fs::canonicalize(dir)?.join(name)),
-        _ => Ok(abs),
-    }
 }
 
 /// env(1)'s statuses: 127 when the command was not found, 126 when it could not be run.
@@ -284,36 +220,6 @@ pub fn exec_error_status(err: &io::Error) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn merge(shim: &str, existing: Option<&str>) -> String {
-        merge_ld_preload(Path::new(shim), existing.map(OsStr::new))
-            .into_string()
-            .unwrap()
-    }
-
-    #[test]
-    fn ld_preload_merging() {
-        let s = "/opt/rmcp/lib/librmcp_shim.so";
-        assert_eq!(merge(s, None), s);
-        assert_eq!(merge(s, Some("")), s);
-        assert_eq!(merge(s, Some(" : ")), s);
-        assert_eq!(merge(s, Some("/a.so")), format!("{s}:/a.so"));
-        assert_eq!(merge(s, Some("/a.so:/b.so")), format!("{s}:/a.so:/b.so"));
-        assert_eq!(merge(s, Some("/a.so /b.so")), format!("{s}:/a.so:/b.so"));
-        assert_eq!(merge(s, Some("/a.so: /b.so ")), format!("{s}:/a.so:/b.so"));
-        // Already there: unchanged, whatever the separators.
-        assert_eq!(merge(s, Some(&format!("/a.so {s}"))), format!("/a.so {s}"));
-        assert_eq!(merge(s, Some(s)), s);
-        // Another copy of the shim is replaced, not kept next to ours.
-        assert_eq!(
-            merge(s, Some("/old/librmcp_shim.so:/a.so")),
-            format!("{s}:/a.so")
-        );
-        assert_eq!(
-            merge(s, Some(&format!("/a.so:{s}:/old/librmcp_shim.so"))),
-            format!("{s}:/a.so")
-        );
-    }
 
     #[test]
     fn explicit_shim_is_never_skipped() {
