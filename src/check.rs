@@ -16,11 +16,21 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::CheckArgs;
+use crate::install::Wanted;
 use crate::preload;
 use crate::run::{self, EXIT_NOT_FOUND};
 
 /// File name of the field-check program.
 pub const FIELD_CHECK_NAME: &str = "rmcp-field-check";
+
+/// The program: `--binary`, else `RMCP_FIELD_CHECK`, else next to rmcp. Nothing about the
+/// machine rmcp was built on is used (no path into its source tree).
+pub const FIELD_CHECK: Wanted = Wanted {
+    file_name: FIELD_CHECK_NAME,
+    option: "--binary",
+    variable: "RMCP_FIELD_CHECK",
+    beside_rmcp: &[("next to rmcp", &[])],
+};
 
 /// Exit statuses of `rmcp check` (docs/field-check.md).
 pub const EXIT_RIGHT_WITH_RMCP: u8 = 0;
@@ -36,34 +46,6 @@ const FC_INCOMPLETE: i32 = 3;
 
 /// The hipHostMalloc placements that are coherent unless rmcp rewrites them.
 const COHERENT_PLACEMENTS: [&str; 3] = ["host-default", "host-mapped", "host-coherent"];
-
-/// Finds the program: `--binary`, else `RMCP_FIELD_CHECK`, else next to rmcp. A path the
-/// user named is never skipped past. Nothing about the machine rmcp was built on is used
-/// (no path into its source tree). Returns (places tried, found).
-pub fn locate_field_check(
-    explicit: Option<&Path>,
-    env: Option<&OsStr>,
-    exe: Option<&Path>,
-) -> (Vec<(String, PathBuf)>, Option<PathBuf>) {
-    let mut tried = Vec::new();
-    let named = explicit.map(|p| ("--binary", p.to_path_buf())).or_else(|| {
-        env.filter(|v| !v.is_empty())
-            .map(|v| ("RMCP_FIELD_CHECK", PathBuf::from(v)))
-    });
-    if let Some((what, p)) = named {
-        tried.push((what.to_string(), p.clone()));
-        let found = p.is_file().then_some(p);
-        return (tried, found);
-    }
-    if let Some(dir) = exe.and_then(Path::parent) {
-        let p = dir.join(FIELD_CHECK_NAME);
-        tried.push(("next to rmcp".to_string(), p.clone()));
-        if p.is_file() {
-            return (tried, Some(p));
-        }
-    }
-    (tried, None)
-}
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -467,23 +449,14 @@ impl Drop for TempDir {
 
 /// Runs `rmcp check`; returns its exit status.
 pub fn main(args: CheckArgs) -> u8 {
-    let exe = std::env::current_exe().ok();
-    let (tried, found) = locate_field_check(
-        args.binary.as_deref(),
-        std::env::var_os("RMCP_FIELD_CHECK").as_deref(),
-        exe.as_deref(),
-    );
-    let Some(program) = found else {
+    let search = FIELD_CHECK.search_here(args.binary.as_deref());
+    let Some(program) = search.found.clone() else {
         eprintln!(
             "rmcp: {FIELD_CHECK_NAME} not found; looked at {}. Build it with \
              examples/field-check/build.sh (needs hipcc; it writes \
              examples/field-check/build/{FIELD_CHECK_NAME}), then give its path with \
              --binary PATH or RMCP_FIELD_CHECK, or put it next to rmcp.",
-            tried
-                .iter()
-                .map(|(w, p)| format!("{w}: {}", p.display()))
-                .collect::<Vec<_>>()
-                .join("; ")
+            search.describe_tried()
         );
         return EXIT_NOT_FOUND;
     };

@@ -581,7 +581,7 @@ fn ld_preload(out: &mut Vec<Finding>) {
 }
 
 fn shim(out: &mut Vec<Finding>) {
-    let search = crate::run::locate_shim_from_env();
+    let search = crate::install::SHIM.search_here(None);
     let f = match &search.found {
         Some(p) => Finding::new(
             "shim",

@@ -12,6 +12,7 @@ mod check;
 mod checks;
 mod doctor;
 mod hiplib;
+mod install;
 mod preload;
 mod render;
 mod run;

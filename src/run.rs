@@ -2,12 +2,13 @@
 //! options ask for, and exec the command (no fork, no shell), so that its exit status and
 //! signals are its own.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::install;
 use crate::preload::{self, SHIM_NAME};
 use crate::{FinegrainedArg, LogArg, ModeArg, RunArgs};
 
@@ -16,73 +17,6 @@ pub const EXIT_CANNOT_RUN: u8 = 126;
 pub const EXIT_NOT_FOUND: u8 = 127;
 /// rmcp itself could not do its part (env(1) uses 125 for that).
 pub const EXIT_FAILED: u8 = 125;
-
-/// Where the shim was looked for, in order, and what was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShimSearch {
-    /// (place, path) pairs tried, in order.
-    pub tried: Vec<(String, PathBuf)>,
-    /// The first that exists (explicit settings are never skipped past).
-    pub found: Option<PathBuf>,
-}
-
-impl ShimSearch {
-    /// "--shim /x (missing); next to rmcp: /a/librmcp_shim.so (missing); ..."
-    pub fn describe_tried(&self) -> String {
-        self.tried
-            .iter()
-            .map(|(what, p)| format!("{what}: {}", p.display()))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
-
-/// Finds the shim: `explicit` (--shim), else `RMCP_SHIM`, else next to the rmcp executable,
-/// else `../lib/` relative to it. An explicit path or RMCP_SHIM that does not exist is a
-/// failure: rmcp never silently falls back past what the user named.
-pub fn locate_shim(
-    explicit: Option<&Path>,
-    env_shim: Option<&OsStr>,
-    exe: Option<&Path>,
-) -> ShimSearch {
-    let mut tried = Vec::new();
-    if let Some(p) = explicit {
-        tried.push(("--shim".to_string(), p.to_path_buf()));
-        let found = p.is_file().then(|| p.to_path_buf());
-        return ShimSearch { tried, found };
-    }
-    if let Some(v) = env_shim.filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(v);
-        tried.push(("RMCP_SHIM".to_string(), p.clone()));
-        let found = p.is_file().then_some(p);
-        return ShimSearch { tried, found };
-    }
-    if let Some(dir) = exe.and_then(Path::parent) {
-        for (what, p) in [
-            ("next to rmcp", dir.join(SHIM_NAME)),
-            ("../lib of rmcp", dir.join("..").join("lib").join(SHIM_NAME)),
-        ] {
-            tried.push((what.to_string(), p.clone()));
-            if p.is_file() {
-                return ShimSearch {
-                    tried,
-                    found: Some(p),
-                };
-            }
-        }
-    }
-    ShimSearch { tried, found: None }
-}
-
-/// The shim as the current environment and executable would find it (for doctor).
-pub fn locate_shim_from_env() -> ShimSearch {
-    let exe = std::env::current_exe().ok();
-    locate_shim(
-        None,
-        std::env::var_os("RMCP_SHIM").as_deref(),
-        exe.as_deref(),
-    )
-}
 
 fn mode_value(m: ModeArg) -> &'static str {
     match m {
@@ -147,16 +81,11 @@ pub fn option_env(args: &RunArgs) -> Vec<(&'static str, OsString)> {
     env
 }
 
-/// The shim's absolute path, ready for LD_PRELOAD: found as `locate_shim` finds it from
+/// The shim's absolute path, ready for LD_PRELOAD: found by `install::SHIM` from
 /// `explicit` (--shim), RMCP_SHIM and the rmcp executable. On failure the reason has been
 /// printed and the exit status is returned (127 not found, 125 unusable path).
 pub(crate) fn shim_for_preload(explicit: Option<&Path>) -> Result<PathBuf, u8> {
-    let exe = std::env::current_exe().ok();
-    let search = locate_shim(
-        explicit,
-        std::env::var_os("RMCP_SHIM").as_deref(),
-        exe.as_deref(),
-    );
+    let search = install::SHIM.search_here(explicit);
     let Some(shim) = search.found.clone() else {
         eprintln!(
             "rmcp: {SHIM_NAME} not found; looked at {}. Give its path with --shim PATH or RMCP_SHIM.",
@@ -220,21 +149,6 @@ pub fn exec_error_status(err: &io::Error) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn explicit_shim_is_never_skipped() {
-        let s = locate_shim(
-            Some(Path::new("/nonexistent/x.so")),
-            Some(OsStr::new("/bin/sh")),
-            Some(Path::new("/bin/rmcp")),
-        );
-        assert_eq!(s.found, None);
-        assert_eq!(s.tried.len(), 1);
-        assert!(s.describe_tried().contains("--shim: /nonexistent/x.so"));
-        let s = locate_shim(None, Some(OsStr::new("/nonexistent/y.so")), None);
-        assert_eq!(s.found, None);
-        assert!(s.describe_tried().contains("RMCP_SHIM: /nonexistent/y.so"));
-    }
 
     #[test]
     fn exec_errors_map_like_env() {
