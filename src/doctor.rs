@@ -10,7 +10,16 @@ use serde_json::{Map, Value};
 
 use rmcp_shim::config::Config;
 
-use crate::DoctorArgs;
+/// The options of `rmcp doctor`.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Print the findings as JSON (schema: docs/cli.md).
+    #[arg(long)]
+    pub json: bool,
+    /// KFD topology root (default: $RMCP_SYSFS_ROOT, else /sys/class/kfd/kfd/topology).
+    #[arg(long, value_name = "ROOT")]
+    pub sysfs: Option<PathBuf>,
+}
 
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_ERROR_FINDING: u8 = 1;

@@ -8,15 +8,101 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use clap::ValueEnum;
+use rmcp_shim::config::parse_targets;
+
 use crate::install;
 use crate::preload::{self, SHIM_NAME};
-use crate::{FinegrainedArg, LogArg, ModeArg, RunArgs};
 
 /// Exit statuses, as env(1) uses them.
 pub const EXIT_CANNOT_RUN: u8 = 126;
 pub const EXIT_NOT_FOUND: u8 = 127;
 /// rmcp itself could not do its part (env(1) uses 125 for that).
 pub const EXIT_FAILED: u8 = 125;
+
+/// The options and the command of `rmcp run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+    /// RMCP_MODE: what the shim does to allocations.
+    #[arg(long, value_enum, conflicts_with = "dry_run")]
+    pub mode: Option<ModeArg>,
+    /// Same as --mode dry-run: decide and log, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// RMCP_LOG: log level of the shim.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub log: Option<LogArg>,
+    /// RMCP_LOG_FILE: where the shim logs (default stderr).
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// RMCP_STATS=1: print counters when the program exits.
+    #[arg(long)]
+    pub stats: bool,
+    /// RMCP_STATS_FILE: write counters to PATH at exit ("%p" becomes the pid).
+    #[arg(long, value_name = "PATH")]
+    pub stats_file: Option<PathBuf>,
+    /// RMCP_TARGETS: comma-separated gfx names treated as affected (e.g. gfx1010,gfx1031).
+    #[arg(long, value_name = "LIST", value_parser = parse_targets_arg)]
+    pub targets: Option<String>,
+    /// RMCP_FINEGRAINED: what fine-grained VRAM requests become on affected GPUs.
+    #[arg(long, value_enum)]
+    pub finegrained: Option<FinegrainedArg>,
+    /// RMCP_EXEMPT: comma-separated substrings of caller library paths left alone.
+    #[arg(long, value_name = "LIST")]
+    pub exempt: Option<String>,
+    /// RMCP_HIP_LIBRARY: the runtime to load when none is mapped yet.
+    #[arg(long, value_name = "PATH")]
+    pub hip_library: Option<PathBuf>,
+    /// The command and its arguments, passed through untouched.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+fn parse_targets_arg(s: &str) -> Result<String, String> {
+    match parse_targets(s) {
+        Some(t) => Ok(t
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",")),
+        None => Err("expected a comma-separated list of gfx names such as gfx1010,gfx1031".into()),
+    }
+}
+
+// ---- The option values and the RMCP_* value each stands for, kept together in this one
+// block: they are to be generated from the shim's configuration table.
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ModeArg {
+    Auto,
+    Force,
+    DryRun,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogArg {
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FinegrainedArg {
+    Coarsen,
+    Keep,
+}
 
 fn mode_value(m: ModeArg) -> &'static str {
     match m {
@@ -37,6 +123,15 @@ fn log_value(l: LogArg) -> &'static str {
         LogArg::Trace => "trace",
     }
 }
+
+fn finegrained_value(f: FinegrainedArg) -> &'static str {
+    match f {
+        FinegrainedArg::Coarsen => "coarsen",
+        FinegrainedArg::Keep => "keep",
+    }
+}
+
+// ---- End of the option values.
 
 /// The RMCP_* variables the options set (only those given; the rest of the environment is
 /// passed through as it is).
@@ -66,11 +161,7 @@ pub fn option_env(args: &RunArgs) -> Vec<(&'static str, OsString)> {
         env.push(("RMCP_TARGETS", t.into()));
     }
     if let Some(f) = args.finegrained {
-        let v = match f {
-            FinegrainedArg::Coarsen => "coarsen",
-            FinegrainedArg::Keep => "keep",
-        };
-        env.push(("RMCP_FINEGRAINED", v.into()));
+        env.push(("RMCP_FINEGRAINED", finegrained_value(f).into()));
     }
     if let Some(e) = &args.exempt {
         env.push(("RMCP_EXEMPT", e.into()));

@@ -6,6 +6,9 @@
 //! LD_PRELOAD as `rmcp run` makes it, RMCP_MODE=auto (or force with --force), RMCP_LOG=info
 //! and an RMCP_STATS_FILE in a private temporary directory, whose hipHostMalloc counters
 //! say whether the shim rewrote anything.
+//!
+//! (The file is named for the program it runs, not for the subcommand, so that it is not
+//! taken for doctor's checks.)
 
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
@@ -15,10 +18,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::CheckArgs;
 use crate::install::Wanted;
 use crate::preload;
 use crate::run::{self, EXIT_NOT_FOUND};
+
+/// The options of `rmcp check`.
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The field-check program (default: $RMCP_FIELD_CHECK, else rmcp-field-check next to
+    /// rmcp).
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+    /// RMCP_MODE=force for the run with rmcp (default: auto, which rewrites only for the
+    /// GPUs in RMCP_TARGETS).
+    #[arg(long)]
+    pub force: bool,
+    /// Seconds each run may take before it is killed.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub timeout: u64,
+}
 
 /// File name of the field-check program.
 pub const FIELD_CHECK_NAME: &str = "rmcp-field-check";
