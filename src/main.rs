@@ -8,13 +8,10 @@
 //! `rmcp_shim::config`) through its rlib, so the CLI and the shim cannot disagree.
 
 mod build_info;
-mod checks;
 mod doctor;
 mod field_check;
-mod hiplib;
 mod install;
 mod preload;
-mod render;
 mod run;
 
 use std::process::ExitCode;

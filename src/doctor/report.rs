@@ -1,29 +1,15 @@
-//! `rmcp doctor`: one finding per check, each with a status, one plain sentence and, where
-//! relevant, the public source behind it. The checks are in `checks`, the output in
-//! `render`. Exit status: 0 when no finding is an error, 1 when one is, 2 when doctor
-//! itself failed.
+//! The report of `rmcp doctor`: findings (one per check, each with a status, one plain
+//! sentence and the public source behind it), the GPUs and the HIP runtimes found, and the
+//! places that were read. The checks fill it in; `render` prints it.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use rmcp_shim::config::Config;
-
-/// The options of `rmcp doctor`.
-#[derive(clap::Args, Debug)]
-pub struct DoctorArgs {
-    /// Print the findings as JSON (schema: docs/cli.md).
-    #[arg(long)]
-    pub json: bool,
-    /// KFD topology root (default: $RMCP_SYSFS_ROOT, else /sys/class/kfd/kfd/topology).
-    #[arg(long, value_name = "ROOT")]
-    pub sysfs: Option<PathBuf>,
-}
-
+/// Exit status of doctor when no finding is an error.
 pub const EXIT_OK: u8 = 0;
+/// Exit status of doctor when at least one finding is an error.
 pub const EXIT_ERROR_FINDING: u8 = 1;
-pub const EXIT_DOCTOR_FAILED: u8 = 2;
 
 /// Version of the JSON layout (docs/cli.md); bumped only on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -210,54 +196,4 @@ pub struct Roots {
     pub module: PathBuf,
     /// `/dev` (RMCP_DEV_ROOT).
     pub dev: PathBuf,
-}
-
-fn env_path(name: &str, default: &str) -> PathBuf {
-    match std::env::var_os(name) {
-        Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => PathBuf::from(default),
-    }
-}
-
-/// Collects every finding.
-pub fn diagnose(args: &DoctorArgs) -> Report {
-    let cfg = Config::from_env();
-    let roots = Roots {
-        sysfs: args.sysfs.clone().unwrap_or_else(|| cfg.sysfs_root.clone()),
-        module: env_path("RMCP_MODULE_ROOT", "/sys/module"),
-        dev: env_path("RMCP_DEV_ROOT", "/dev"),
-    };
-    crate::checks::run_all(&roots, &cfg)
-}
-
-/// `rmcp doctor`.
-pub fn main(args: DoctorArgs) -> u8 {
-    // A panic in a check is doctor's own failure (status 2), never a finding.
-    let report = match std::panic::catch_unwind(|| diagnose(&args)) {
-        Ok(r) => r,
-        Err(_) => {
-            eprintln!("rmcp doctor: internal error (see the message above); this is a bug");
-            return EXIT_DOCTOR_FAILED;
-        }
-    };
-    let text = if args.json {
-        match serde_json::to_string_pretty(&crate::render::json(&report)) {
-            Ok(s) => s + "\n",
-            Err(e) => {
-                eprintln!("rmcp doctor: cannot write JSON: {e}");
-                return EXIT_DOCTOR_FAILED;
-            }
-        }
-    } else {
-        crate::render::human(&report, crate::render::use_colour())
-    };
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        // A reader that stopped early (`| head`) needs no message.
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("rmcp doctor: cannot write the report: {e}");
-        }
-        return EXIT_DOCTOR_FAILED;
-    }
-    report.exit_status()
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rmcp_sys::locate::is_runtime_file;
 
-use crate::doctor::{Finding, LibraryRow, Status};
+use super::report::{Finding, LibraryRow, Status};
 
 /// Directory entries read per directory, at most (site-packages can be large).
 const MAX_ENTRIES: usize = 4096;

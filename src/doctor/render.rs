@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use serde_json::{Value, json};
 
-use crate::doctor::{Report, SCHEMA_VERSION, Status};
+use super::report::{Report, SCHEMA_VERSION, Status};
 
 pub const WIDTH: usize = 80;
 const STATUS_W: usize = 5;

@@ -8,7 +8,7 @@ use std::path::Path;
 use rmcp_shim::config::{Config, Mode};
 use rmcp_shim::topology::{Gfx, GpuNode, PcieAtomics, Properties, Topology, is_affected};
 
-use crate::doctor::{Finding, GpuRow, Report, Roots, Status};
+use super::report::{Finding, GpuRow, Report, Roots, Status};
 
 /// Atomics on fine-grained (coherent) host memory are wrong without PCIe AtomicOps.
 pub const SRC_CLR_285: &str = "https://github.com/ROCm/clr/issues/285";
@@ -57,8 +57,8 @@ pub fn run_all(roots: &Roots, cfg: &Config) -> Report {
     rmcp_config(cfg, &mut findings);
     ld_preload(&mut findings);
     shim(&mut findings);
-    let libraries = crate::hiplib::search();
-    crate::hiplib::findings(&libraries, &mut findings);
+    let libraries = super::runtimes::search();
+    super::runtimes::findings(&libraries, &mut findings);
     environment(gpus, &mut findings);
     amdgpu_params(&roots.module, gpus, &mut findings);
     device_access(&roots.dev, &rows, &mut findings);
