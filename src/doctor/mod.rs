@@ -1,20 +1,41 @@
 //! `rmcp doctor`: one finding per check, each with a status, one plain sentence and, where
-//! relevant, the public source behind it. This file is the command (options, exit
-//! statuses); the report model is in `report`, the checks in `checks`, the search for
-//! HIP runtimes in `runtimes`, the output in `render`. Exit status: 0 when no finding is
-//! an error, 1 when one is, 2 when doctor itself failed.
+//! relevant, the public source behind it. Exit status: 0 when no finding is an error, 1
+//! when one is, 2 when doctor itself failed.
+//!
+//! This file is the command: its options, its exit statuses, and the order in which the
+//! checks run. The rest:
+//! - `report`: the report model (findings, GPU rows, runtime rows), serialised to JSON;
+//! - `gpus`: the KFD topology, each GPU and its PCIe atomics (`topology`, `gpu`,
+//!   `pcie-atomics`);
+//! - `overrides`: HSA_OVERRIDE_GFX_VERSION against each GPU's ISA (`gfx-override`);
+//! - `setup`: RMCP_* settings, LD_PRELOAD and where the shim is (`rmcp-config`,
+//!   `ld-preload`, `shim`);
+//! - `runtimes`: every libamdhip64 a process could load (`hip-runtime`);
+//! - `environment`: HIP/ROCr/PyTorch variables that change allocations (`env`);
+//! - `driver`: amdgpu parameters and device files (`amdgpu-param`, `device-access`);
+//! - `files`: reading small system files;
+//! - `render`: the human and JSON output.
+//!
+//! The checks and `render` use `report` (the checks also `files`), never this file nor
+//! each other.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use rmcp_shim::config::Config;
+use rmcp_shim::topology::GpuNode;
 
 use report::{Report, Roots};
 
-mod checks;
+mod driver;
+mod environment;
+mod files;
+mod gpus;
+mod overrides;
 mod render;
 mod report;
 mod runtimes;
+mod setup;
 
 /// The options of `rmcp doctor`.
 #[derive(clap::Args, Debug)]
@@ -47,7 +68,44 @@ pub fn diagnose(args: &DoctorArgs) -> Report {
         module: env_path("RMCP_MODULE_ROOT", "/sys/module"),
         dev: env_path("RMCP_DEV_ROOT", "/dev"),
     };
-    checks::run_all(&roots, &cfg)
+    run_all(&roots, &cfg)
+}
+
+/// Runs every check, in the order of the report.
+fn run_all(roots: &Roots, cfg: &Config) -> Report {
+    let mut findings = Vec::new();
+    let topo = gpus::topology(roots, &mut findings);
+    let nodes: &[GpuNode] = topo.as_ref().map(|t| t.gpus.as_slice()).unwrap_or(&[]);
+    let mut override_findings = Vec::new();
+    let overrides = overrides::gfx_overrides(nodes, topo.is_some(), &mut override_findings);
+    let render_minors: Vec<Option<u64>> = nodes
+        .iter()
+        .map(|g| gpus::render_minor(&roots.sysfs, g.node))
+        .collect();
+    let mut rows = Vec::new();
+    for (i, g) in nodes.iter().enumerate() {
+        let row = gpus::gpu_row(g, cfg, overrides[i].clone(), render_minors[i]);
+        findings.push(gpus::gpu_finding(g, &row, cfg));
+        rows.push(row);
+    }
+    findings.append(&mut override_findings);
+    for (g, row) in nodes.iter().zip(&rows) {
+        findings.push(gpus::pcie_atomics(g, row, cfg));
+    }
+    setup::rmcp_config(cfg, &mut findings);
+    setup::ld_preload(&mut findings);
+    setup::shim(&mut findings);
+    let libraries = runtimes::search();
+    runtimes::findings(&libraries, &mut findings);
+    environment::variables(nodes, &mut findings);
+    driver::amdgpu_params(&roots.module, nodes, &mut findings);
+    driver::device_access(&roots.dev, &rows, &mut findings);
+    Report {
+        sysfs: roots.sysfs.clone(),
+        gpus: rows,
+        libraries,
+        findings,
+    }
 }
 
 /// `rmcp doctor`.

@@ -1,13 +1,13 @@
-//! Which libamdhip64 a process would load: the ld.so search (LD_LIBRARY_PATH, then the
-//! ld.so cache), ROCm's own directories, and copies bundled in Python site-packages (PyTorch
-//! wheels ship one in torch/lib). Versions come from the file names
-//! (libamdhip64.so.5.2.21153 -> 5.2.21153); the runtime is never loaded.
+//! The `hip-runtime` check: which libamdhip64 a process would load. The ld.so search
+//! (LD_LIBRARY_PATH, then the ld.so cache), ROCm's own directories, and copies bundled in
+//! Python site-packages (PyTorch wheels ship one in torch/lib). Versions come from the file
+//! names (libamdhip64.so.5.2.21153 -> 5.2.21153); the runtime is never loaded.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rmcp_sys::locate::is_runtime_file;
+use rmcp_sys::locate::{FILE_PREFIX, is_runtime_file};
 
 use super::report::{Finding, LibraryRow, Status};
 
@@ -18,7 +18,7 @@ const PYTHON_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The version in a runtime file name: `libamdhip64.so.6.4.60403` -> `6.4.60403`.
 pub fn version_from_name(name: &str) -> Option<String> {
-    let rest = name.strip_prefix(rmcp_sys::locate::FILE_PREFIX)?;
+    let rest = name.strip_prefix(FILE_PREFIX)?;
     let v = rest.strip_prefix('.')?;
     (!v.is_empty()
         && v.split('.')
