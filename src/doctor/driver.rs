@@ -9,7 +9,7 @@ use std::path::Path;
 use rmcp_shim::topology::GpuNode;
 
 use super::files::read_small;
-use super::report::{Finding, GpuRow, Status};
+use super::report::{Check, Finding, GpuRow, Status};
 
 /// amdgpu module parameters and their descriptions.
 pub const SRC_AMDGPU_PARAMS: &str =
@@ -20,7 +20,7 @@ pub fn amdgpu_params(module_root: &Path, gpus: &[GpuNode], out: &mut Vec<Finding
     if !dir.is_dir() {
         out.push(
             Finding::new(
-                "amdgpu-param",
+                Check::AmdgpuParam,
                 Status::Info,
                 format!(
                     "{} does not exist: the amdgpu module is not loaded here.",
@@ -39,7 +39,7 @@ pub fn amdgpu_params(module_root: &Path, gpus: &[GpuNode], out: &mut Vec<Finding
         let Some(raw) = read_small(&path) else {
             out.push(
                 Finding::new(
-                    "amdgpu-param",
+                    Check::AmdgpuParam,
                     Status::Info,
                     format!("amdgpu.{name}: not present in this kernel."),
                 )
@@ -86,7 +86,7 @@ pub fn amdgpu_params(module_root: &Path, gpus: &[GpuNode], out: &mut Vec<Finding
         };
         out.push(
             Finding::new(
-                "amdgpu-param",
+                Check::AmdgpuParam,
                 Status::Info,
                 format!("amdgpu.{name}={value}: {meaning}"),
             )
@@ -118,7 +118,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
     };
     let f = if !kfd.exists() {
         Finding::new(
-            "device-access",
+            Check::DeviceAccess,
             bad,
             format!(
                 "{} is missing: HIP cannot reach any GPU{}.",
@@ -132,7 +132,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
         )
     } else if !access_rw(&kfd) {
         Finding::new(
-            "device-access",
+            Check::DeviceAccess,
             bad,
             format!(
                 "{} is not readable and writable by uid {uid}: add the user to the group \
@@ -142,7 +142,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
         )
     } else {
         Finding::new(
-            "device-access",
+            Check::DeviceAccess,
             Status::Ok,
             format!("{} is present and readable and writable.", kfd.display()),
         )
@@ -157,7 +157,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
         let who = format!("the render node of node {} ({})", row.node, row.gfx);
         let f = if !path.exists() {
             Finding::new(
-                "device-access",
+                Check::DeviceAccess,
                 Status::Warn,
                 format!(
                     "{}, {who}, is missing: HIP will not see this GPU (in a container, \
@@ -167,7 +167,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
             )
         } else if !access_rw(&path) {
             Finding::new(
-                "device-access",
+                Check::DeviceAccess,
                 Status::Warn,
                 format!(
                     "{}, {who}, is not readable and writable by uid {uid}: HIP will not \
@@ -177,7 +177,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
             )
         } else {
             Finding::new(
-                "device-access",
+                Check::DeviceAccess,
                 Status::Ok,
                 format!(
                     "{}, {who}, is present and readable and writable.",

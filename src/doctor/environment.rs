@@ -7,7 +7,7 @@
 
 use rmcp_shim::topology::GpuNode;
 
-use super::report::{Finding, Status};
+use super::report::{Check, Finding, Status};
 
 /// amdkfd: XNACK is never enabled on GFX10 and later (kfd_process_xnack_mode).
 pub const SRC_KFD_XNACK: &str =
@@ -24,7 +24,7 @@ pub fn variables(gpus: &[GpuNode], out: &mut Vec<Finding>) {
         let value = std::env::var_os(name)
             .map(|v| v.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut f = Finding::new("env", status, format!("{name}={value}: {msg}"))
+        let mut f = Finding::new(Check::Env, status, format!("{name}={value}: {msg}"))
             .with("variable", name)
             .with("value", value);
         if let Some(s) = source {
@@ -116,7 +116,7 @@ pub fn variables(gpus: &[GpuNode], out: &mut Vec<Finding>) {
     }
     if !any {
         out.push(Finding::new(
-            "env",
+            Check::Env,
             Status::Ok,
             "No variable that changes HIP allocation behaviour is set (HIP_HOST_COHERENT, \
              HSA_FORCE_FINE_GRAIN_PCIE, HSA_XNACK, HSA_USE_SVM, *_VISIBLE_DEVICES, \

@@ -11,7 +11,7 @@ use rmcp_shim::config::{Config, Mode};
 use rmcp_shim::topology::{GpuNode, PcieAtomics, Properties, Topology, is_affected};
 
 use super::files::{io_error_text, read_small};
-use super::report::{Finding, GpuRow, Roots, Status};
+use super::report::{Action, Atomics, Check, Finding, GpuRow, Roots, Status};
 
 /// Atomics on fine-grained (coherent) host memory are wrong without PCIe AtomicOps.
 pub const SRC_CLR_285: &str = "https://github.com/ROCm/clr/issues/285";
@@ -22,7 +22,7 @@ pub fn topology(roots: &Roots, out: &mut Vec<Finding>) -> Option<Topology> {
         Err(e) => {
             out.push(
                 Finding::new(
-                    "topology",
+                    Check::Topology,
                     Status::Warn,
                     format!(
                         "No KFD topology at {} ({}): the amdgpu driver is not loaded or \
@@ -48,10 +48,10 @@ pub fn topology(roots: &Roots, out: &mut Vec<Finding>) -> Option<Topology> {
                 if gpus == 1 { "" } else { "s" }
             );
             let mut f = if t.problems.is_empty() {
-                Finding::new("topology", Status::Ok, base)
+                Finding::new(Check::Topology, Status::Ok, base)
             } else {
                 Finding::new(
-                    "topology",
+                    Check::Topology,
                     Status::Warn,
                     format!(
                         "{base} {} line{} or file{} could not be understood and {} skipped.",
@@ -77,7 +77,7 @@ pub fn topology(roots: &Roots, out: &mut Vec<Finding>) -> Option<Topology> {
             out.push(f);
             if gpus == 0 {
                 out.push(Finding::new(
-                    "gpu",
+                    Check::Gpu,
                     Status::Info,
                     "No GPU node in the KFD topology: rmcp has nothing to rewrite here.",
                 ));
@@ -99,20 +99,20 @@ pub fn render_minor(sysfs: &Path, node: u32) -> Option<u64> {
         .filter(|m| *m < 1 << 20)
 }
 
-fn atomics_str(a: PcieAtomics) -> &'static str {
+fn atomics(a: PcieAtomics) -> Atomics {
     match a {
-        PcieAtomics::Supported => "supported",
-        PcieAtomics::Unsupported => "unsupported",
-        PcieAtomics::Unknown => "unknown",
+        PcieAtomics::Supported => Atomics::Supported,
+        PcieAtomics::Unsupported => Atomics::Unsupported,
+        PcieAtomics::Unknown => Atomics::Unknown,
     }
 }
 
-fn rmcp_action(affected: bool, mode: Mode) -> &'static str {
+fn rmcp_action(affected: bool, mode: Mode) -> Action {
     match (affected, mode) {
-        (false, _) => "no",
-        (true, Mode::Auto | Mode::Force) => "rewrites",
-        (true, Mode::DryRun) => "dry-run",
-        (true, Mode::Off) => "off",
+        (false, _) => Action::No,
+        (true, Mode::Auto | Mode::Force) => Action::Rewrites,
+        (true, Mode::DryRun) => Action::DryRun,
+        (true, Mode::Off) => Action::Off,
     }
 }
 
@@ -125,7 +125,7 @@ pub fn gpu_row(g: &GpuNode, cfg: &Config, ov: Option<String>, minor: Option<u64>
         pci: g.pci.map(|p| p.to_string()),
         vendor_id: g.vendor_id,
         device_id: g.device_id,
-        pcie_atomics: atomics_str(g.pcie_atomics()),
+        pcie_atomics: atomics(g.pcie_atomics()),
         affected,
         rmcp: rmcp_action(affected, cfg.mode),
         gfx_override: ov,
@@ -157,32 +157,32 @@ pub fn gpu_finding(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
         )
     } else {
         match row.rmcp {
-            "rewrites" => (
+            Action::Rewrites => (
                 Status::Ok,
                 format!("rmcp rewrites coherent host allocations for it (RMCP_MODE={mode})."),
             ),
-            "dry-run" => (
+            Action::DryRun => (
                 Status::Info,
                 "affected, but RMCP_MODE=dry-run: rmcp logs and counts, changes nothing."
                     .to_string(),
             ),
-            "off" => (
+            Action::Off => (
                 Status::Info,
                 "affected, but RMCP_MODE=off: rmcp forwards every call unchanged.".to_string(),
             ),
-            _ => (
+            Action::No => (
                 Status::Ok,
                 "not in RMCP_TARGETS: rmcp leaves its allocations alone.".to_string(),
             ),
         }
     };
-    let mut f = Finding::new("gpu", status, format!("{what}; {tail}"))
+    let mut f = Finding::new(Check::Gpu, status, format!("{what}; {tail}"))
         .with("node", g.node)
         .with("gfx", g.gfx.to_string())
         .with("pci", row.pci.clone())
         .with("device_id", g.device_id)
         .with("affected", row.affected)
-        .with("rmcp", row.rmcp);
+        .with("rmcp", row.rmcp.as_str());
     if g.vendor_id.is_some_and(|v| v != 4098) {
         f.message
             .push_str(" Its vendor_id is not AMD's (4098), which KFD does not normally report.");
@@ -196,12 +196,12 @@ pub fn pcie_atomics(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
     let who = format!("node {} ({})", g.node, g.gfx);
     let f = match g.pcie_atomics() {
         PcieAtomics::Supported => Finding::new(
-            "pcie-atomics",
+            Check::PcieAtomics,
             Status::Ok,
             format!("{who}: the PCIe link does AtomicOps (io_links flags {flags:?})."),
         ),
         PcieAtomics::Unknown => Finding::new(
-            "pcie-atomics",
+            Check::PcieAtomics,
             Status::Info,
             format!(
                 "{who}: no io_link gives usable flags, so whether the platform does PCIe \
@@ -210,10 +210,14 @@ pub fn pcie_atomics(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
         ),
         PcieAtomics::Unsupported => {
             let action = match row.rmcp {
-                "rewrites" => "rmcp makes its coherent host allocations non-coherent.".to_string(),
-                "dry-run" => "RMCP_MODE=dry-run: rmcp only logs what it would rewrite.".to_string(),
-                "off" => "RMCP_MODE=off: rmcp changes nothing.".to_string(),
-                _ => format!(
+                Action::Rewrites => {
+                    "rmcp makes its coherent host allocations non-coherent.".to_string()
+                }
+                Action::DryRun => {
+                    "RMCP_MODE=dry-run: rmcp only logs what it would rewrite.".to_string()
+                }
+                Action::Off => "RMCP_MODE=off: rmcp changes nothing.".to_string(),
+                Action::No => format!(
                     "it is not in RMCP_TARGETS, so rmcp leaves it alone (RMCP_MODE={} or \
                      RMCP_TARGETS={} would include it).",
                     Mode::Force.as_str(),
@@ -226,7 +230,7 @@ pub fn pcie_atomics(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
                 ),
             };
             Finding::new(
-                "pcie-atomics",
+                Check::PcieAtomics,
                 Status::Warn,
                 format!(
                     "{who}: the PCIe link has no AtomicOps (io_links flags {flags:?}): atomics \
@@ -238,6 +242,6 @@ pub fn pcie_atomics(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
         }
     };
     f.with("node", g.node)
-        .with("pcie_atomics", row.pcie_atomics)
+        .with("pcie_atomics", row.pcie_atomics.as_str())
         .with("flags", flags_json)
 }

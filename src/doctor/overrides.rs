@@ -9,7 +9,7 @@ use std::ffi::OsString;
 
 use rmcp_shim::topology::{Gfx, GpuNode};
 
-use super::report::{Finding, Status};
+use super::report::{Check, Finding, Status};
 
 /// RX 5700: HSA_OVERRIDE_GFX_VERSION=10.3.0 crashes the card, 10.1.0 works.
 pub const SRC_OVERRIDE_RX5700: &str = "https://github.com/ROCm/legacy-rocm-build/issues/887";
@@ -89,7 +89,7 @@ pub fn gfx_overrides(
     if global.is_none() && per_node.is_empty() {
         out.push(
             Finding::new(
-                "gfx-override",
+                Check::GfxOverride,
                 Status::Ok,
                 format!("{OVERRIDE} is not set: HIP sees each GPU's real ISA."),
             )
@@ -103,7 +103,7 @@ pub fn gfx_overrides(
         if !gpus.iter().any(|g| g.node == *n) {
             out.push(
                 Finding::new(
-                    "gfx-override",
+                    Check::GfxOverride,
                     Status::Warn,
                     format!(
                         "{name} names node {n}, which is not a GPU node of the KFD topology, \
@@ -122,7 +122,7 @@ pub fn gfx_overrides(
         if let Some(v) = &global {
             out.push(
                 Finding::new(
-                    "gfx-override",
+                    Check::GfxOverride,
                     Status::Info,
                     format!(
                         "{OVERRIDE}={} is set but there is no GPU {} to compare it with.",
@@ -164,7 +164,7 @@ pub fn gfx_overrides(
 fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
     let Some(ov) = OverrideValue::parse(value) else {
         return Finding::new(
-            "gfx-override",
+            Check::GfxOverride,
             Status::Error,
             format!(
                 "{name}={value:?} is not major.minor.stepping (e.g. 10.1.0): ROCr rejects it \
@@ -178,7 +178,7 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
     let node = g.node;
     if real.0 == 0 {
         return Finding::new(
-            "gfx-override",
+            Check::GfxOverride,
             Status::Warn,
             format!(
                 "{name}={value} applies to node {node}, whose real ISA is unknown, so doctor \
@@ -188,7 +188,7 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
     }
     if real.major() == 10 && real.minor() == 1 && ov.major == 10 && ov.minor == 3 {
         return Finding::new(
-            "gfx-override",
+            Check::GfxOverride,
             Status::Error,
             format!(
                 "{name}={value} makes node {node} ({real}, RX 5000-series RDNA1 silicon) run \
@@ -208,13 +208,13 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
             format!("same ISA family as the real {real}")
         };
         return Finding::new(
-            "gfx-override",
+            Check::GfxOverride,
             Status::Ok,
             format!("{name}={value} on node {node} ({real}): {claimed} code, {detail}."),
         );
     }
     Finding::new(
-        "gfx-override",
+        Check::GfxOverride,
         Status::Warn,
         format!(
             "{name}={value} makes node {node} ({real}) run {claimed} code, another ISA family: \

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use serde_json::{Value, json};
 
-use super::report::{Report, SCHEMA_VERSION, Status};
+use super::report::{Atomics, Report, SCHEMA_VERSION, Status};
 
 pub const WIDTH: usize = 80;
 const STATUS_W: usize = 5;
@@ -136,9 +136,9 @@ pub fn human(r: &Report, colour: bool) -> String {
         for g in &r.gpus {
             let device = g.device_id.map(|d| format!("0x{d:04x}"));
             let atomics = match g.pcie_atomics {
-                "supported" => "yes",
-                "unsupported" => "no",
-                _ => "unknown",
+                Atomics::Supported => "yes",
+                Atomics::Unsupported => "no",
+                Atomics::Unknown => "unknown",
             };
             out.push_str(&format!(
                 "  {:<4} {:<8} {:<12} {:<6} {:<11} {:<8} {}\n",
@@ -148,7 +148,7 @@ pub fn human(r: &Report, colour: bool) -> String {
                 dash(device),
                 atomics,
                 dash(g.gfx_override.clone()),
-                g.rmcp
+                g.rmcp.as_str()
             ));
         }
         out.push('\n');
@@ -161,7 +161,7 @@ pub fn human(r: &Report, colour: bool) -> String {
             if i == 0 {
                 let status = format!("{:<STATUS_W$}", f.status.as_str());
                 out.push_str(&paint(&status, f.status, colour));
-                out.push_str(&format!(" {:<CHECK_W$} ", f.check));
+                out.push_str(&format!(" {:<CHECK_W$} ", f.check.as_str()));
             } else {
                 out.push_str(&" ".repeat(INDENT));
             }

@@ -33,9 +33,43 @@ impl Status {
     }
 }
 
+/// The checks, by the name the report gives them (the `check` column and field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    Topology,
+    Gpu,
+    GfxOverride,
+    PcieAtomics,
+    RmcpConfig,
+    LdPreload,
+    Shim,
+    HipRuntime,
+    Env,
+    AmdgpuParam,
+    DeviceAccess,
+}
+
+impl Check {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::Topology => "topology",
+            Check::Gpu => "gpu",
+            Check::GfxOverride => "gfx-override",
+            Check::PcieAtomics => "pcie-atomics",
+            Check::RmcpConfig => "rmcp-config",
+            Check::LdPreload => "ld-preload",
+            Check::Shim => "shim",
+            Check::HipRuntime => "hip-runtime",
+            Check::Env => "env",
+            Check::AmdgpuParam => "amdgpu-param",
+            Check::DeviceAccess => "device-access",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Finding {
-    pub check: &'static str,
+    pub check: Check,
     pub status: Status,
     pub message: String,
     pub source: Option<String>,
@@ -48,7 +82,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(check: &'static str, status: Status, message: impl Into<String>) -> Finding {
+    pub fn new(check: Check, status: Status, message: impl Into<String>) -> Finding {
         Finding {
             check,
             status,
@@ -77,7 +111,7 @@ impl Finding {
 
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
-        m.insert("check".into(), self.check.into());
+        m.insert("check".into(), self.check.as_str().into());
         m.insert("status".into(), self.status.as_str().into());
         m.insert("message".into(), self.message.clone().into());
         m.insert(
@@ -94,6 +128,48 @@ impl Finding {
     }
 }
 
+/// Whether a GPU's PCIe link does AtomicOps, from its io_links flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atomics {
+    Supported,
+    Unsupported,
+    Unknown,
+}
+
+impl Atomics {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Atomics::Supported => "supported",
+            Atomics::Unsupported => "unsupported",
+            Atomics::Unknown => "unknown",
+        }
+    }
+}
+
+/// What the shim does for a GPU under the current settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Affected: coherent host allocations are rewritten (RMCP_MODE auto or force).
+    Rewrites,
+    /// Affected, but RMCP_MODE=dry-run: logged and counted only.
+    DryRun,
+    /// Affected, but RMCP_MODE=off.
+    Off,
+    /// Not affected.
+    No,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Rewrites => "rewrites",
+            Action::DryRun => "dry-run",
+            Action::Off => "off",
+            Action::No => "no",
+        }
+    }
+}
+
 /// One GPU of the KFD topology as doctor reports it.
 #[derive(Clone, Debug)]
 pub struct GpuRow {
@@ -103,11 +179,9 @@ pub struct GpuRow {
     pub pci: Option<String>,
     pub vendor_id: Option<u64>,
     pub device_id: Option<u64>,
-    /// "supported", "unsupported", "unknown".
-    pub pcie_atomics: &'static str,
+    pub pcie_atomics: Atomics,
     pub affected: bool,
-    /// "rewrites", "dry-run", "off" (affected but RMCP_MODE says so), "no" (not affected).
-    pub rmcp: &'static str,
+    pub rmcp: Action,
     /// The override ROCr applies to this node, if any.
     pub gfx_override: Option<String>,
     pub render_node: Option<String>,
@@ -122,12 +196,36 @@ impl GpuRow {
             "pci": self.pci,
             "vendor_id": self.vendor_id,
             "device_id": self.device_id,
-            "pcie_atomics": self.pcie_atomics,
+            "pcie_atomics": self.pcie_atomics.as_str(),
             "affected": self.affected,
-            "rmcp": self.rmcp,
+            "rmcp": self.rmcp.as_str(),
             "gfx_override": self.gfx_override,
             "render_node": self.render_node,
         })
+    }
+}
+
+/// Where a copy of the HIP runtime was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A directory of LD_LIBRARY_PATH.
+    LdLibraryPath,
+    /// The ld.so cache (`ldconfig -p`).
+    LdCache,
+    /// A ROCm installation ($ROCM_PATH/lib, /opt/rocm*/lib).
+    Rocm,
+    /// A Python package (torch/lib and the like).
+    SitePackages,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::LdLibraryPath => "ld-library-path",
+            Origin::LdCache => "ld-cache",
+            Origin::Rocm => "rocm",
+            Origin::SitePackages => "site-packages",
+        }
     }
 }
 
@@ -139,8 +237,8 @@ pub struct LibraryRow {
     pub version: Option<String>,
     /// Names it was found under (ld.so cache entries, directory entries).
     pub found_as: Vec<String>,
-    /// "ld-library-path", "ld-cache", "rocm", "site-packages".
-    pub origins: Vec<String>,
+    /// Where it was found, in the order of the search.
+    pub origins: Vec<Origin>,
     /// Sonames for which a plain program (no RUNPATH) would load this copy.
     pub default_for: Vec<String>,
 }
@@ -151,7 +249,7 @@ impl LibraryRow {
             "path": self.path,
             "version": self.version,
             "found_as": self.found_as,
-            "origins": self.origins,
+            "origins": self.origins.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
             "default_for": self.default_for,
         })
     }

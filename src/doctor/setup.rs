@@ -9,7 +9,7 @@ use std::path::Path;
 
 use rmcp_shim::config::{Config, Mode, VARIABLES};
 
-use super::report::{Finding, Status};
+use super::report::{Check, Finding, Status};
 use crate::{install, preload};
 
 pub fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
@@ -20,7 +20,7 @@ pub fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
     };
     out.push(
         Finding::new(
-            "rmcp-config",
+            Check::RmcpConfig,
             status,
             format!(
                 "RMCP_MODE={}; targets: {}; {} of the shim's {} RMCP_* variables set.",
@@ -34,7 +34,11 @@ pub fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
         .with("targets", targets),
     );
     for w in &cfg.warnings {
-        out.push(Finding::new("rmcp-config", Status::Warn, format!("{w}.")));
+        out.push(Finding::new(
+            Check::RmcpConfig,
+            Status::Warn,
+            format!("{w}."),
+        ));
     }
 }
 
@@ -49,23 +53,23 @@ pub fn ld_preload(out: &mut Vec<Finding>) {
     let shims = preload::shim_entries(std::env::var_os("LD_PRELOAD").as_deref());
     let f = match shims.as_slice() {
         [] => Finding::new(
-            "ld-preload",
+            Check::LdPreload,
             Status::Info,
             "LD_PRELOAD does not carry librmcp_shim.so in this shell: start programs with \
              `rmcp run -- CMD` (or the container entrypoint).",
         ),
         [one] if Path::new(one).is_file() => Finding::new(
-            "ld-preload",
+            Check::LdPreload,
             Status::Ok,
             format!("LD_PRELOAD carries the shim: {one}."),
         ),
         [one] => Finding::new(
-            "ld-preload",
+            Check::LdPreload,
             Status::Warn,
             format!("LD_PRELOAD names {one}, which does not exist: ld.so ignores it."),
         ),
         many => Finding::new(
-            "ld-preload",
+            Check::LdPreload,
             Status::Warn,
             format!(
                 "LD_PRELOAD carries {} copies of the shim ({}): keep one (rmcp run does).",
@@ -81,13 +85,13 @@ pub fn shim(out: &mut Vec<Finding>) {
     let search = install::SHIM.search_here(None);
     let f = match &search.found {
         Some(p) => Finding::new(
-            "shim",
+            Check::Shim,
             Status::Ok,
             format!("rmcp run would preload {}.", p.display()),
         )
         .with("path", p.display().to_string()),
         None => Finding::new(
-            "shim",
+            Check::Shim,
             Status::Warn,
             format!(
                 "rmcp run would not find librmcp_shim.so (looked at {}); give --shim PATH \
