@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use rmcp_shim::config::Config;
 use rmcp_shim::topology::GpuNode;
 
+use crate::build_info;
 use report::{Report, Roots};
 
 mod driver;
@@ -101,6 +102,7 @@ fn run_all(roots: &Roots, cfg: &Config) -> Report {
     driver::amdgpu_params(&roots.module, nodes, &mut findings);
     driver::device_access(&roots.dev, &rows, &mut findings);
     Report {
+        version: build_info::VERSION.to_string(),
         sysfs: roots.sysfs.clone(),
         gpus: rows,
         libraries,
@@ -119,8 +121,8 @@ pub fn main(args: DoctorArgs) -> u8 {
         }
     };
     let text = if args.json {
-        match serde_json::to_string_pretty(&render::json(&report)) {
-            Ok(s) => s + "\n",
+        match render::json(&report) {
+            Ok(s) => s,
             Err(e) => {
                 eprintln!("rmcp doctor: cannot write JSON: {e}");
                 return EXIT_DOCTOR_FAILED;
