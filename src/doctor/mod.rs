@@ -103,6 +103,7 @@ fn run_all(roots: &Roots, cfg: &Config) -> Report {
     driver::device_access(&roots.dev, &rows, &mut findings);
     Report {
         version: build_info::VERSION.to_string(),
+        commit: build_info::commit().to_string(),
         sysfs: roots.sysfs.clone(),
         gpus: rows,
         libraries,

@@ -105,7 +105,10 @@ fn dash(v: Option<String>) -> String {
 
 pub fn human(r: &Report, colour: bool) -> String {
     let mut out = String::new();
-    out.push_str(&format!("rmcp doctor {}\n", r.version));
+    out.push_str(&format!(
+        "rmcp doctor {} (commit {})\n",
+        r.version, r.commit
+    ));
     for line in wrap(&format!("KFD topology: {}", r.sysfs.display()), WIDTH) {
         out.push_str(&line);
         out.push('\n');

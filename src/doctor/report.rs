@@ -232,8 +232,9 @@ pub struct LibraryRow {
 /// Everything doctor found.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// rmcp's version (`rmcp` in JSON).
+    /// rmcp's version (`rmcp` in JSON) and the commit it was built from.
     pub version: String,
+    pub commit: String,
     /// The KFD topology root that was read.
     pub sysfs: PathBuf,
     pub gpus: Vec<GpuRow>,
@@ -277,6 +278,7 @@ pub struct Summary {
 #[derive(Serialize)]
 struct ReportJson<'a> {
     rmcp: &'a str,
+    commit: &'a str,
     schema: u32,
     sysfs: String,
     status: Status,
@@ -302,6 +304,7 @@ impl Serialize for Report {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         ReportJson {
             rmcp: &self.version,
+            commit: &self.commit,
             schema: SCHEMA_VERSION,
             sysfs: self.sysfs.display().to_string(),
             status: self.worst(),
@@ -391,9 +394,10 @@ mod tests {
     }
 
     #[test]
-    fn report_json_has_the_summary() {
+    fn report_json_has_the_summary_and_the_build() {
         let r = Report {
             version: "0.1.0".into(),
+            commit: "abc1234".into(),
             sysfs: PathBuf::from("/t"),
             gpus: vec![],
             libraries: vec![],
@@ -404,6 +408,7 @@ mod tests {
         };
         let j = name(&r);
         assert_eq!(j["rmcp"], "0.1.0");
+        assert_eq!(j["commit"], "abc1234");
         assert_eq!(j["schema"], SCHEMA_VERSION);
         assert_eq!(j["sysfs"], "/t");
         assert_eq!(j["status"], "error");
