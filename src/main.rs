@@ -1,8 +1,18 @@
 //! `rmcp`: the launcher and diagnostics for librmcp_shim.so.
 //!
-//! - `rmcp run [OPTIONS] -- CMD [ARGS...]` preloads the shim and execs CMD;
-//! - `rmcp doctor [--json] [--sysfs ROOT]` says what rmcp sees on this machine;
-//! - `rmcp check` runs the field-check program without and with the shim.
+//! Where things are:
+//! - `main.rs`: the top-level parser (`Cli`) and the subcommands (`Command`), each handed
+//!   to its module;
+//! - `run`: `rmcp run [OPTIONS] -- CMD [ARGS...]`, which preloads the shim and execs CMD
+//!   (its options, the RMCP_* values they set, the env(1) exit statuses);
+//! - `doctor/`: `rmcp doctor [--json] [--sysfs ROOT]`, what rmcp sees on this machine
+//!   (`doctor/mod.rs` lists its files);
+//! - `field_check`: `rmcp check`, which runs the field-check program without and with the
+//!   shim and compares;
+//! - `preload`: LD_PRELOAD lists (putting the shim in, taking it out, recognising it);
+//! - `install`: finding the shim and the field-check program (option, variable, next to
+//!   rmcp, `../lib/`);
+//! - `build_info`: the version and the commit rmcp was built from (`--version`, doctor).
 //!
 //! The GPU facts come from the shim's own code (`rmcp_shim::topology`,
 //! `rmcp_shim::config`) through its rlib, so the CLI and the shim cannot disagree.
