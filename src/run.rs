@@ -2,17 +2,17 @@
 //! options ask for, and exec the command (no fork, no shell), so that its exit status and
 //! signals are its own.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{FinegrainedArg, LogArg, ModeArg, RunArgs};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use rmcp_core::config::{Choice, Finegrained, LogLevel, Mode, parse_targets};
 
-/// File name of the shim.
-pub const SHIM_NAME: &str = "librmcp_shim.so";
+use crate::install;
+use crate::preload::{self, SHIM_NAME};
 
 /// Exit statuses, as env(1) uses them.
 pub const EXIT_CANNOT_RUN: u8 = 126;
@@ -20,137 +20,71 @@ pub const EXIT_NOT_FOUND: u8 = 127;
 /// rmcp itself could not do its part (env(1) uses 125 for that).
 pub const EXIT_FAILED: u8 = 125;
 
-/// Where the shim was looked for, in order, and what was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShimSearch {
-    /// (place, path) pairs tried, in order.
-    pub tried: Vec<(String, PathBuf)>,
-    /// The first that exists (explicit settings are never skipped past).
-    pub found: Option<PathBuf>,
+/// The options and the command of `rmcp run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+    /// RMCP_MODE: what the shim does to allocations.
+    #[arg(long, value_parser = choice::<Mode>(), conflicts_with = "dry_run")]
+    pub mode: Option<Mode>,
+    /// Same as --mode dry-run: decide and log, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// RMCP_LOG: log level of the shim.
+    #[arg(long, value_parser = choice::<LogLevel>(), value_name = "LEVEL")]
+    pub log: Option<LogLevel>,
+    /// RMCP_LOG_FILE: where the shim logs (default stderr).
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// RMCP_STATS=1: print counters when the program exits.
+    #[arg(long)]
+    pub stats: bool,
+    /// RMCP_STATS_FILE: write counters to PATH at exit ("%p" becomes the pid).
+    #[arg(long, value_name = "PATH")]
+    pub stats_file: Option<PathBuf>,
+    /// RMCP_TARGETS: comma-separated gfx names treated as affected (e.g. gfx1010,gfx1031).
+    #[arg(long, value_name = "LIST", value_parser = parse_targets_arg)]
+    pub targets: Option<String>,
+    /// RMCP_FINEGRAINED: what fine-grained VRAM requests become on affected GPUs.
+    #[arg(long, value_parser = choice::<Finegrained>())]
+    pub finegrained: Option<Finegrained>,
+    /// RMCP_EXEMPT: comma-separated substrings of caller library paths left alone.
+    #[arg(long, value_name = "LIST")]
+    pub exempt: Option<String>,
+    /// RMCP_HIP_LIBRARY: the runtime to load when none is mapped yet.
+    #[arg(long, value_name = "PATH")]
+    pub hip_library: Option<PathBuf>,
+    /// The command and its arguments, passed through untouched.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
 }
 
-impl ShimSearch {
-    /// "--shim /x (missing); next to rmcp: /a/librmcp_shim.so (missing); ..."
-    pub fn describe_tried(&self) -> String {
-        self.tried
+fn parse_targets_arg(s: &str) -> Result<String, String> {
+    match parse_targets(s) {
+        Some(t) => Ok(t
             .iter()
-            .map(|(what, p)| format!("{what}: {}", p.display()))
+            .map(|g| g.to_string())
             .collect::<Vec<_>>()
-            .join("; ")
+            .join(",")),
+        None => Err("expected a comma-separated list of gfx names such as gfx1010,gfx1031".into()),
     }
 }
 
-/// Finds the shim: `explicit` (--shim), else `RMCP_SHIM`, else next to the rmcp executable,
-/// else `../lib/` relative to it. An explicit path or RMCP_SHIM that does not exist is a
-/// failure: rmcp never silently falls back past what the user named.
-pub fn locate_shim(
-    explicit: Option<&Path>,
-    env_shim: Option<&OsStr>,
-    exe: Option<&Path>,
-) -> ShimSearch {
-    let mut tried = Vec::new();
-    if let Some(p) = explicit {
-        tried.push(("--shim".to_string(), p.to_path_buf()));
-        let found = p.is_file().then(|| p.to_path_buf());
-        return ShimSearch { tried, found };
-    }
-    if let Some(v) = env_shim.filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(v);
-        tried.push(("RMCP_SHIM".to_string(), p.clone()));
-        let found = p.is_file().then_some(p);
-        return ShimSearch { tried, found };
-    }
-    if let Some(dir) = exe.and_then(Path::parent) {
-        for (what, p) in [
-            ("next to rmcp", dir.join(SHIM_NAME)),
-            ("../lib of rmcp", dir.join("..").join("lib").join(SHIM_NAME)),
-        ] {
-            tried.push((what.to_string(), p.clone()));
-            if p.is_file() {
-                return ShimSearch {
-                    tried,
-                    found: Some(p),
-                };
-            }
-        }
-    }
-    ShimSearch { tried, found: None }
-}
-
-/// The shim as the current environment and executable would find it (for doctor).
-pub fn locate_shim_from_env() -> ShimSearch {
-    let exe = std::env::current_exe().ok();
-    locate_shim(
-        None,
-        std::env::var_os("RMCP_SHIM").as_deref(),
-        exe.as_deref(),
-    )
-}
-
-pub(crate) fn is_shim_entry(entry: &[u8]) -> bool {
-    Path::new(OsStr::from_bytes(entry))
-        .file_name()
-        .is_some_and(|n| n == SHIM_NAME)
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    if a == b {
-        return true;
-    }
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    }
-}
-
-/// The new LD_PRELOAD. ld.so separates entries with colons or spaces.
-///
-/// - `shim` already there (same path or same file) and no other copy of the shim: the
-///   value is returned unchanged.
-/// - Otherwise `shim` goes first, then the existing entries in their order, minus any other
-///   `librmcp_shim.so` (two copies of the shim in one process would hook each other),
-///   joined with colons.
-pub fn merge_ld_preload(shim: &Path, existing: Option<&OsStr>) -> OsString {
-    let existing = existing.map(OsStr::as_bytes).unwrap_or(b"");
-    let entries: Vec<&[u8]> = existing
-        .split(|b| *b == b':' || *b == b' ')
-        .filter(|e| !e.is_empty())
-        .collect();
-    let is_ours = |e: &[u8]| same_file(Path::new(OsStr::from_bytes(e)), shim);
-    let ours_present = entries.iter().any(|e| is_ours(e));
-    let other_shims = entries.iter().any(|e| is_shim_entry(e) && !is_ours(e));
-    if ours_present && !other_shims {
-        return OsStr::from_bytes(existing).to_os_string();
-    }
-    let mut out: Vec<u8> = shim.as_os_str().as_bytes().to_vec();
-    for e in entries {
-        if is_shim_entry(e) || is_ours(e) {
-            continue;
-        }
-        out.push(b':');
-        out.extend_from_slice(e);
-    }
-    OsString::from(OsStr::from_bytes(&out))
-}
-
-fn mode_value(m: ModeArg) -> &'static str {
-    match m {
-        ModeArg::Auto => "auto",
-        ModeArg::Force => "force",
-        ModeArg::DryRun => "dry-run",
-        ModeArg::Off => "off",
-    }
-}
-
-fn log_value(l: LogArg) -> &'static str {
-    match l {
-        LogArg::Off => "off",
-        LogArg::Error => "error",
-        LogArg::Warn => "warn",
-        LogArg::Info => "info",
-        LogArg::Debug => "debug",
-        LogArg::Trace => "trace",
-    }
+/// A clap parser for a configuration choice: it offers the choice's canonical spellings,
+/// from rmcp-core's table, and gives the value they name.
+fn choice<T: Choice + Clone + Send + Sync>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(T::NAMES).map(|s| {
+        // Every canonical spelling parses to its value (rmcp-core's table tests); the
+        // first value is a formality.
+        T::parse(&s).unwrap_or(T::ALL[0])
+    })
 }
 
 /// The RMCP_* variables the options set (only those given; the rest of the environment is
@@ -158,15 +92,15 @@ fn log_value(l: LogArg) -> &'static str {
 pub fn option_env(args: &RunArgs) -> Vec<(&'static str, OsString)> {
     let mut env: Vec<(&'static str, OsString)> = Vec::new();
     let mode = if args.dry_run {
-        Some(ModeArg::DryRun)
+        Some(Mode::DryRun)
     } else {
         args.mode
     };
     if let Some(m) = mode {
-        env.push(("RMCP_MODE", mode_value(m).into()));
+        env.push(("RMCP_MODE", m.as_str().into()));
     }
     if let Some(l) = args.log {
-        env.push(("RMCP_LOG", log_value(l).into()));
+        env.push(("RMCP_LOG", l.as_str().into()));
     }
     if let Some(p) = &args.log_file {
         env.push(("RMCP_LOG_FILE", p.clone().into_os_string()));
@@ -181,11 +115,7 @@ pub fn option_env(args: &RunArgs) -> Vec<(&'static str, OsString)> {
         env.push(("RMCP_TARGETS", t.into()));
     }
     if let Some(f) = args.finegrained {
-        let v = match f {
-            FinegrainedArg::Coarsen => "coarsen",
-            FinegrainedArg::Keep => "keep",
-        };
-        env.push(("RMCP_FINEGRAINED", v.into()));
+        env.push(("RMCP_FINEGRAINED", f.as_str().into()));
     }
     if let Some(e) = &args.exempt {
         env.push(("RMCP_EXEMPT", e.into()));
@@ -196,16 +126,11 @@ pub fn option_env(args: &RunArgs) -> Vec<(&'static str, OsString)> {
     env
 }
 
-/// The shim's absolute path, ready for LD_PRELOAD: found as `locate_shim` finds it from
+/// The shim's absolute path, ready for LD_PRELOAD: found by `install::SHIM` from
 /// `explicit` (--shim), RMCP_SHIM and the rmcp executable. On failure the reason has been
 /// printed and the exit status is returned (127 not found, 125 unusable path).
 pub(crate) fn shim_for_preload(explicit: Option<&Path>) -> Result<PathBuf, u8> {
-    let exe = std::env::current_exe().ok();
-    let search = locate_shim(
-        explicit,
-        std::env::var_os("RMCP_SHIM").as_deref(),
-        exe.as_deref(),
-    );
+    let search = install::SHIM.search_here(explicit);
     let Some(shim) = search.found.clone() else {
         eprintln!(
             "rmcp: {SHIM_NAME} not found; looked at {}. Give its path with --shim PATH or RMCP_SHIM.",
@@ -214,19 +139,14 @@ pub(crate) fn shim_for_preload(explicit: Option<&Path>) -> Result<PathBuf, u8> {
         return Err(EXIT_NOT_FOUND);
     };
     // Children of the command may chdir: LD_PRELOAD needs an absolute path.
-    let shim = match absolute_shim_path(&shim) {
+    let shim = match preload::absolute_entry(&shim) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("rmcp: cannot make {} absolute: {e}", shim.display());
             return Err(EXIT_FAILED);
         }
     };
-    if shim
-        .as_os_str()
-        .as_bytes()
-        .iter()
-        .any(|b| *b == b':' || *b == b' ')
-    {
+    if !preload::can_carry(&shim) {
         eprintln!(
             "rmcp: the shim's path {:?} contains a colon or a space, which LD_PRELOAD cannot carry; \
              install it elsewhere",
@@ -249,7 +169,7 @@ pub fn run(args: RunArgs) -> u8 {
     cmd.args(rest);
     cmd.env(
         "LD_PRELOAD",
-        merge_ld_preload(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
+        preload::with_shim(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
     );
     for (k, v) in option_env(&args) {
         cmd.env(k, v);
@@ -260,16 +180,6 @@ pub fn run(args: RunArgs) -> u8 {
     let name = program.to_string_lossy();
     eprintln!("rmcp: {name}: {err}");
     exec_error_status(&err)
-}
-
-/// An absolute path for LD_PRELOAD: the directory is resolved (no `..`), the file name is
-/// kept as it is (a symlink named librmcp_shim.so stays recognisable as the shim).
-pub fn absolute_shim_path(shim: &Path) -> io::Result<PathBuf> {
-    let abs = std::path::absolute(shim)?;
-    match (abs.parent(), abs.file_name()) {
-        (Some(dir), Some(name)) => Ok(std::fs::canonicalize(dir)?.join(name)),
-        _ => Ok(abs),
-    }
 }
 
 /// env(1)'s statuses: 127 when the command was not found, 126 when it could not be run.
@@ -284,51 +194,6 @@ pub fn exec_error_status(err: &io::Error) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn merge(shim: &str, existing: Option<&str>) -> String {
-        merge_ld_preload(Path::new(shim), existing.map(OsStr::new))
-            .into_string()
-            .unwrap()
-    }
-
-    #[test]
-    fn ld_preload_merging() {
-        let s = "/opt/rmcp/lib/librmcp_shim.so";
-        assert_eq!(merge(s, None), s);
-        assert_eq!(merge(s, Some("")), s);
-        assert_eq!(merge(s, Some(" : ")), s);
-        assert_eq!(merge(s, Some("/a.so")), format!("{s}:/a.so"));
-        assert_eq!(merge(s, Some("/a.so:/b.so")), format!("{s}:/a.so:/b.so"));
-        assert_eq!(merge(s, Some("/a.so /b.so")), format!("{s}:/a.so:/b.so"));
-        assert_eq!(merge(s, Some("/a.so: /b.so ")), format!("{s}:/a.so:/b.so"));
-        // Already there: unchanged, whatever the separators.
-        assert_eq!(merge(s, Some(&format!("/a.so {s}"))), format!("/a.so {s}"));
-        assert_eq!(merge(s, Some(s)), s);
-        // Another copy of the shim is replaced, not kept next to ours.
-        assert_eq!(
-            merge(s, Some("/old/librmcp_shim.so:/a.so")),
-            format!("{s}:/a.so")
-        );
-        assert_eq!(
-            merge(s, Some(&format!("/a.so:{s}:/old/librmcp_shim.so"))),
-            format!("{s}:/a.so")
-        );
-    }
-
-    #[test]
-    fn explicit_shim_is_never_skipped() {
-        let s = locate_shim(
-            Some(Path::new("/nonexistent/x.so")),
-            Some(OsStr::new("/bin/sh")),
-            Some(Path::new("/bin/rmcp")),
-        );
-        assert_eq!(s.found, None);
-        assert_eq!(s.tried.len(), 1);
-        assert!(s.describe_tried().contains("--shim: /nonexistent/x.so"));
-        let s = locate_shim(None, Some(OsStr::new("/nonexistent/y.so")), None);
-        assert_eq!(s.found, None);
-        assert!(s.describe_tried().contains("RMCP_SHIM: /nonexistent/y.so"));
-    }
 
     #[test]
     fn exec_errors_map_like_env() {

@@ -31,6 +31,16 @@ pub trait Value: Sized {
     fn parse(text: &str) -> Option<Self>;
 }
 
+/// A value named by one of a fixed list of spellings (`Mode`, `LogLevel`, `Finegrained`):
+/// what the CLI needs to offer the same spellings the shim reads.
+pub trait Choice: Value + Copy + 'static {
+    /// Every value, in the order the docs list them.
+    const ALL: &'static [Self];
+    /// The canonical spellings, in `ALL` order.
+    const NAMES: &'static [&'static str];
+    fn as_str(self) -> &'static str;
+}
+
 /// `"a", "b"` -> `"a, b"`, at compile time.
 macro_rules! join_names {
     ($first:literal $(, $rest:literal)*) => {
@@ -53,15 +63,19 @@ macro_rules! choices {
         }
 
         impl $name {
-            /// Every value, in the order the docs list them.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-            /// The canonical spellings, in `ALL` order: what the docs and the CLI offer.
-            pub const NAMES: &'static [&'static str] = &[$($canon),+];
-
+            /// The canonical spelling.
             pub const fn as_str(self) -> &'static str {
                 match self {
                     $( $name::$variant => $canon, )+
                 }
+            }
+        }
+
+        impl Choice for $name {
+            const ALL: &'static [$name] = &[$($name::$variant),+];
+            const NAMES: &'static [&'static str] = &[$($canon),+];
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
             }
         }
 
@@ -482,23 +496,20 @@ mod tests {
 
     #[test]
     fn choices_spell_each_value_once() {
-        fn check<T: Value + Copy + PartialEq + std::fmt::Debug>(
-            all: &[T],
-            names: &[&str],
-            as_str: fn(T) -> &'static str,
-        ) {
+        fn check<T: Choice + PartialEq + std::fmt::Debug>() {
+            let (all, names) = (T::ALL, T::NAMES);
             assert_eq!(all.len(), names.len());
             for (v, n) in all.iter().zip(names) {
-                assert_eq!(as_str(*v), *n);
+                assert_eq!(v.as_str(), *n);
                 assert_eq!(T::parse(n), Some(*v));
                 assert_eq!(T::parse(&n.to_ascii_uppercase()), Some(*v));
             }
             assert_eq!(T::ACCEPTED, names.join(", "));
             assert_eq!(T::parse("nonsense"), None);
         }
-        check(Mode::ALL, Mode::NAMES, Mode::as_str);
-        check(LogLevel::ALL, LogLevel::NAMES, LogLevel::as_str);
-        check(Finegrained::ALL, Finegrained::NAMES, Finegrained::as_str);
+        check::<Mode>();
+        check::<LogLevel>();
+        check::<Finegrained>();
         assert!(LogLevel::Off < LogLevel::Error && LogLevel::Debug < LogLevel::Trace);
     }
 }

@@ -1,15 +1,15 @@
-//! Which libamdhip64 a process would load: the ld.so search (LD_LIBRARY_PATH, then the
-//! ld.so cache), ROCm's own directories, and copies bundled in Python site-packages (PyTorch
-//! wheels ship one in torch/lib). Versions come from the file names
-//! (libamdhip64.so.5.2.21153 -> 5.2.21153); the runtime is never loaded.
+//! The `hip-runtime` check: which libamdhip64 a process would load. The ld.so search
+//! (LD_LIBRARY_PATH, then the ld.so cache), ROCm's own directories, and copies bundled in
+//! Python site-packages (PyTorch wheels ship one in torch/lib). Versions come from the file
+//! names (libamdhip64.so.5.2.21153 -> 5.2.21153); the runtime is never loaded.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rmcp_sys::locate::is_runtime_file;
+use rmcp_sys::locate::{FILE_PREFIX, is_runtime_file};
 
-use crate::doctor::{Finding, LibraryRow, Status};
+use super::report::{Check, Finding, LibraryRow, Origin, Status};
 
 /// Directory entries read per directory, at most (site-packages can be large).
 const MAX_ENTRIES: usize = 4096;
@@ -18,7 +18,7 @@ const PYTHON_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The version in a runtime file name: `libamdhip64.so.6.4.60403` -> `6.4.60403`.
 pub fn version_from_name(name: &str) -> Option<String> {
-    let rest = name.strip_prefix(rmcp_sys::locate::FILE_PREFIX)?;
+    let rest = name.strip_prefix(FILE_PREFIX)?;
     let v = rest.strip_prefix('.')?;
     (!v.is_empty()
         && v.split('.')
@@ -140,7 +140,7 @@ fn site_packages() -> Vec<PathBuf> {
 
 struct Found {
     path: PathBuf,
-    origin: &'static str,
+    origin: Origin,
     /// Soname this entry answers to, for ld.so's choice.
     soname: Option<String>,
 }
@@ -159,7 +159,7 @@ pub fn search() -> Vec<LibraryRow> {
                     .filter(|n| is_soname(n));
                 found.push(Found {
                     path: p,
-                    origin: "ld-library-path",
+                    origin: Origin::LdLibraryPath,
                     soname,
                 });
             }
@@ -170,7 +170,7 @@ pub fn search() -> Vec<LibraryRow> {
         let soname = is_soname(&name).then(|| name.clone());
         found.push(Found {
             path,
-            origin: "ld-cache",
+            origin: Origin::LdCache,
             soname,
         });
     }
@@ -194,7 +194,7 @@ pub fn search() -> Vec<LibraryRow> {
         for p in runtime_files_in(&dir) {
             found.push(Found {
                 path: p,
-                origin: "rocm",
+                origin: Origin::Rocm,
                 soname: None,
             });
         }
@@ -216,7 +216,7 @@ pub fn search() -> Vec<LibraryRow> {
                 for p in runtime_files_in(&dir) {
                     found.push(Found {
                         path: p,
-                        origin: "site-packages",
+                        origin: Origin::SitePackages,
                         soname: None,
                     });
                 }
@@ -254,11 +254,11 @@ fn collate(found: Vec<Found>) -> Vec<LibraryRow> {
         if !row.found_as.contains(&as_s) {
             row.found_as.push(as_s);
         }
-        if !row.origins.iter().any(|o| o == f.origin) {
-            row.origins.push(f.origin.to_string());
+        if !row.origins.contains(&f.origin) {
+            row.origins.push(f.origin);
         }
         // ld.so's choice for a soname: the first LD_LIBRARY_PATH or cache entry for it.
-        if matches!(f.origin, "ld-library-path" | "ld-cache") {
+        if matches!(f.origin, Origin::LdLibraryPath | Origin::LdCache) {
             // ld.so opens a file named exactly like the soname.
             if let Some(s) = f.soname.filter(|s| !chosen_sonames.contains(s)) {
                 chosen_sonames.push(s.clone());
@@ -269,19 +269,19 @@ fn collate(found: Vec<Found>) -> Vec<LibraryRow> {
     rows
 }
 
-fn origin_text(o: &str) -> &'static str {
+fn origin_text(o: Origin) -> &'static str {
     match o {
-        "ld-library-path" => "LD_LIBRARY_PATH",
-        "ld-cache" => "the ld.so cache",
-        "rocm" => "a ROCm directory",
-        _ => "Python site-packages",
+        Origin::LdLibraryPath => "LD_LIBRARY_PATH",
+        Origin::LdCache => "the ld.so cache",
+        Origin::Rocm => "a ROCm directory",
+        Origin::SitePackages => "Python site-packages",
     }
 }
 
 pub fn findings(libs: &[LibraryRow], out: &mut Vec<Finding>) {
     if libs.is_empty() {
         out.push(Finding::new(
-            "hip-runtime",
+            Check::HipRuntime,
             Status::Warn,
             "No libamdhip64 found in LD_LIBRARY_PATH, the ld.so cache, /opt/rocm*/lib or \
              Python site-packages: HIP programs will not start here.",
@@ -290,7 +290,7 @@ pub fn findings(libs: &[LibraryRow], out: &mut Vec<Finding>) {
     }
     for lib in libs {
         let version = lib.version.as_deref().unwrap_or("of unknown version");
-        let origins: Vec<&str> = lib.origins.iter().map(|o| origin_text(o)).collect();
+        let origins: Vec<&str> = lib.origins.iter().map(|o| origin_text(*o)).collect();
         let mut msg = format!(
             "libamdhip64 {version} at {} (from {}).",
             lib.path,
@@ -302,17 +302,20 @@ pub fn findings(libs: &[LibraryRow], out: &mut Vec<Finding>) {
                 lib.default_for.join(" or ")
             ));
         }
-        if lib.origins.iter().any(|o| o == "site-packages") {
+        if lib.origins.contains(&Origin::SitePackages) {
             msg.push_str(
                 " A Python package bundles it (PyTorch loads its own copy from torch/lib); \
                  rmcp hooks whichever copy the process has mapped.",
             );
         }
         out.push(
-            Finding::new("hip-runtime", Status::Info, msg)
+            Finding::new(Check::HipRuntime, Status::Info, msg)
                 .with("path", lib.path.clone())
                 .with("version", lib.version.clone())
-                .with("origins", lib.origins.clone()),
+                .with(
+                    "origins",
+                    lib.origins.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+                ),
         );
     }
 }

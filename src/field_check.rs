@@ -6,21 +6,52 @@
 //! LD_PRELOAD as `rmcp run` makes it, RMCP_MODE=auto (or force with --force), RMCP_LOG=info
 //! and an RMCP_STATS_FILE in a private temporary directory, whose hipHostMalloc counters
 //! say whether the shim rewrote anything.
+//!
+//! (The file is named for the program it runs, not for the subcommand, so that it is not
+//! taken for doctor's checks.)
 
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::CheckArgs;
+use crate::install::Wanted;
+use crate::preload;
 use crate::run::{self, EXIT_NOT_FOUND};
+
+/// The options of `rmcp check`.
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The field-check program (default: $RMCP_FIELD_CHECK, else rmcp-field-check next to
+    /// rmcp).
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+    /// RMCP_MODE=force for the run with rmcp (default: auto, which rewrites only for the
+    /// GPUs in RMCP_TARGETS).
+    #[arg(long)]
+    pub force: bool,
+    /// Seconds each run may take before it is killed.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub timeout: u64,
+}
 
 /// File name of the field-check program.
 pub const FIELD_CHECK_NAME: &str = "rmcp-field-check";
+
+/// The program: `--binary`, else `RMCP_FIELD_CHECK`, else next to rmcp. Nothing about the
+/// machine rmcp was built on is used (no path into its source tree).
+pub const FIELD_CHECK: Wanted = Wanted {
+    file_name: FIELD_CHECK_NAME,
+    option: "--binary",
+    variable: "RMCP_FIELD_CHECK",
+    beside_rmcp: &[("next to rmcp", &[])],
+};
 
 /// Exit statuses of `rmcp check` (docs/field-check.md).
 pub const EXIT_RIGHT_WITH_RMCP: u8 = 0;
@@ -36,53 +67,6 @@ const FC_INCOMPLETE: i32 = 3;
 
 /// The hipHostMalloc placements that are coherent unless rmcp rewrites them.
 const COHERENT_PLACEMENTS: [&str; 3] = ["host-default", "host-mapped", "host-coherent"];
-
-/// Finds the program: `--binary`, else `RMCP_FIELD_CHECK`, else next to rmcp, else the
-/// build output of the source tree rmcp was built from. A path the user named is never
-/// skipped past. Returns (places tried, found).
-pub fn locate_field_check(
-    explicit: Option<&Path>,
-    env: Option<&OsStr>,
-    exe: Option<&Path>,
-) -> (Vec<(String, PathBuf)>, Option<PathBuf>) {
-    let mut tried = Vec::new();
-    let named = explicit.map(|p| ("--binary", p.to_path_buf())).or_else(|| {
-        env.filter(|v| !v.is_empty())
-            .map(|v| ("RMCP_FIELD_CHECK", PathBuf::from(v)))
-    });
-    if let Some((what, p)) = named {
-        tried.push((what.to_string(), p.clone()));
-        let found = p.is_file().then_some(p);
-        return (tried, found);
-    }
-    let mut candidates = Vec::new();
-    if let Some(dir) = exe.and_then(Path::parent) {
-        candidates.push(("next to rmcp", dir.join(FIELD_CHECK_NAME)));
-    }
-    candidates.push((
-        "source tree",
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/field-check/build")
-            .join(FIELD_CHECK_NAME),
-    ));
-    for (what, p) in candidates {
-        tried.push((what.to_string(), p.clone()));
-        if p.is_file() {
-            return (tried, Some(p));
-        }
-    }
-    (tried, None)
-}
-
-/// LD_PRELOAD without any librmcp_shim.so entry; None when nothing is left.
-pub fn strip_shim(existing: Option<&OsStr>) -> Option<OsString> {
-    let bytes = existing.map(OsStr::as_bytes).unwrap_or(b"");
-    let kept: Vec<&[u8]> = bytes
-        .split(|b| *b == b':' || *b == b' ')
-        .filter(|e| !e.is_empty() && !run::is_shim_entry(e))
-        .collect();
-    (!kept.is_empty()).then(|| OsStr::from_bytes(&kept.join(&b':')).to_os_string())
-}
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -486,22 +470,14 @@ impl Drop for TempDir {
 
 /// Runs `rmcp check`; returns its exit status.
 pub fn main(args: CheckArgs) -> u8 {
-    let exe = std::env::current_exe().ok();
-    let (tried, found) = locate_field_check(
-        args.binary.as_deref(),
-        std::env::var_os("RMCP_FIELD_CHECK").as_deref(),
-        exe.as_deref(),
-    );
-    let Some(program) = found else {
+    let search = FIELD_CHECK.search_here(args.binary.as_deref());
+    let Some(program) = search.found.clone() else {
         eprintln!(
             "rmcp: {FIELD_CHECK_NAME} not found; looked at {}. Build it with \
-             examples/field-check/build.sh (needs hipcc), or give its path with --binary PATH \
-             or RMCP_FIELD_CHECK.",
-            tried
-                .iter()
-                .map(|(w, p)| format!("{w}: {}", p.display()))
-                .collect::<Vec<_>>()
-                .join("; ")
+             examples/field-check/build.sh (needs hipcc; it writes \
+             examples/field-check/build/{FIELD_CHECK_NAME}), then give its path with \
+             --binary PATH or RMCP_FIELD_CHECK, or put it next to rmcp.",
+            search.describe_tried()
         );
         return EXIT_NOT_FOUND;
     };
@@ -520,15 +496,15 @@ pub fn main(args: CheckArgs) -> u8 {
     let stats = tmp.0.join("stats.json");
     let mode = if args.force { "force" } else { "auto" };
     let timeout = Duration::from_secs(args.timeout);
-    let preload = std::env::var_os("LD_PRELOAD");
+    let ld_preload = std::env::var_os("LD_PRELOAD");
 
     println!("rmcp check");
     println!("  program  {}", program.display());
     println!("  shim     {} (RMCP_MODE={mode})", shim.display());
     println!();
 
-    let without = strip_shim(preload.as_deref());
-    let with = run::merge_ld_preload(&shim, preload.as_deref());
+    let without = preload::without_shim(ld_preload.as_deref());
+    let with = preload::with_shim(&shim, ld_preload.as_deref());
     let with_env = [
         ("RMCP_MODE", OsString::from(mode)),
         ("RMCP_LOG", OsString::from("info")),

@@ -3,9 +3,7 @@
 
 use std::io::IsTerminal;
 
-use serde_json::{Value, json};
-
-use crate::doctor::{Report, SCHEMA_VERSION, Status};
+use super::report::{Atomics, Report, Status};
 
 pub const WIDTH: usize = 80;
 const STATUS_W: usize = 5;
@@ -19,23 +17,12 @@ pub fn use_colour() -> bool {
     !no_color && std::io::stdout().is_terminal()
 }
 
-pub fn json(r: &Report) -> Value {
-    json!({
-        "rmcp": env!("CARGO_PKG_VERSION"),
-        "schema": SCHEMA_VERSION,
-        "sysfs": r.sysfs.display().to_string(),
-        "status": r.worst().as_str(),
-        "exit_status": r.exit_status(),
-        "summary": {
-            "ok": r.count(Status::Ok),
-            "info": r.count(Status::Info),
-            "warn": r.count(Status::Warn),
-            "error": r.count(Status::Error),
-        },
-        "gpus": r.gpus.iter().map(|g| g.to_json()).collect::<Vec<_>>(),
-        "libraries": r.libraries.iter().map(|l| l.to_json()).collect::<Vec<_>>(),
-        "findings": r.findings.iter().map(|f| f.to_json()).collect::<Vec<_>>(),
-    })
+/// The JSON report (docs/cli.md), pretty-printed, with a final newline. It goes through a
+/// `Value`, whose objects keep their keys sorted: the keys come out in alphabetical order,
+/// as documented.
+pub fn json(r: &Report) -> Result<String, serde_json::Error> {
+    let value = serde_json::to_value(r)?;
+    Ok(serde_json::to_string_pretty(&value)? + "\n")
 }
 
 /// Splits a word longer than `width` after slashes (paths), else anywhere; URLs are kept
@@ -118,7 +105,10 @@ fn dash(v: Option<String>) -> String {
 
 pub fn human(r: &Report, colour: bool) -> String {
     let mut out = String::new();
-    out.push_str(&format!("rmcp doctor {}\n", env!("CARGO_PKG_VERSION")));
+    out.push_str(&format!(
+        "rmcp doctor {} (commit {})\n",
+        r.version, r.commit
+    ));
     for line in wrap(&format!("KFD topology: {}", r.sysfs.display()), WIDTH) {
         out.push_str(&line);
         out.push('\n');
@@ -136,9 +126,9 @@ pub fn human(r: &Report, colour: bool) -> String {
         for g in &r.gpus {
             let device = g.device_id.map(|d| format!("0x{d:04x}"));
             let atomics = match g.pcie_atomics {
-                "supported" => "yes",
-                "unsupported" => "no",
-                _ => "unknown",
+                Atomics::Supported => "yes",
+                Atomics::Unsupported => "no",
+                Atomics::Unknown => "unknown",
             };
             out.push_str(&format!(
                 "  {:<4} {:<8} {:<12} {:<6} {:<11} {:<8} {}\n",
@@ -148,7 +138,7 @@ pub fn human(r: &Report, colour: bool) -> String {
                 dash(device),
                 atomics,
                 dash(g.gfx_override.clone()),
-                g.rmcp
+                g.rmcp.as_str()
             ));
         }
         out.push('\n');
@@ -161,7 +151,7 @@ pub fn human(r: &Report, colour: bool) -> String {
             if i == 0 {
                 let status = format!("{:<STATUS_W$}", f.status.as_str());
                 out.push_str(&paint(&status, f.status, colour));
-                out.push_str(&format!(" {:<CHECK_W$} ", f.check));
+                out.push_str(&format!(" {:<CHECK_W$} ", f.check.as_str()));
             } else {
                 out.push_str(&" ".repeat(INDENT));
             }

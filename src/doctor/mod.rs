@@ -1,0 +1,146 @@
+//! `rmcp doctor`: one finding per check, each with a status, one plain sentence and, where
+//! relevant, the public source behind it. Exit status: 0 when no finding is an error, 1
+//! when one is, 2 when doctor itself failed.
+//!
+//! This file is the command: its options, its exit statuses, and the order in which the
+//! checks run. The rest:
+//! - `report`: the report model (findings, GPU rows, runtime rows), serialised to JSON;
+//! - `gpus`: the KFD topology, each GPU and its PCIe atomics (`topology`, `gpu`,
+//!   `pcie-atomics`);
+//! - `overrides`: HSA_OVERRIDE_GFX_VERSION against each GPU's ISA (`gfx-override`);
+//! - `setup`: RMCP_* settings, LD_PRELOAD and where the shim is (`rmcp-config`,
+//!   `ld-preload`, `shim`);
+//! - `runtimes`: every libamdhip64 a process could load (`hip-runtime`);
+//! - `environment`: HIP/ROCr/PyTorch variables that change allocations (`env`);
+//! - `driver`: amdgpu parameters and device files (`amdgpu-param`, `device-access`);
+//! - `files`: reading small system files;
+//! - `render`: the human and JSON output.
+//!
+//! The checks and `render` use `report` (the checks also `files`), never this file nor
+//! each other.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use rmcp_core::config::Config;
+use rmcp_core::topology::GpuNode;
+
+use crate::build_info;
+use report::{Report, Roots};
+
+mod driver;
+mod environment;
+mod files;
+mod gpus;
+mod overrides;
+mod render;
+mod report;
+mod runtimes;
+mod setup;
+
+/// The options of `rmcp doctor`.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Print the findings as JSON (schema: docs/cli.md).
+    #[arg(long)]
+    pub json: bool,
+    /// KFD topology root (default: $RMCP_SYSFS_ROOT, else /sys/class/kfd/kfd/topology).
+    #[arg(long, value_name = "ROOT")]
+    pub sysfs: Option<PathBuf>,
+}
+
+/// Exit status when doctor itself failed (a check panicked, the report could not be
+/// written). The report decides between 0 and 1 (`report::EXIT_OK`,
+/// `report::EXIT_ERROR_FINDING`, `Report::exit_status`).
+pub const EXIT_DOCTOR_FAILED: u8 = 2;
+
+fn env_path(name: &str, default: &str) -> PathBuf {
+    match std::env::var_os(name) {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => PathBuf::from(default),
+    }
+}
+
+/// Collects every finding.
+pub fn diagnose(args: &DoctorArgs) -> Report {
+    // Read the path variables as the shim reads them in the programs rmcp starts, which
+    // do not run in secure-execution mode (rmcp itself is never installed setuid).
+    let cfg = Config::from_env(false);
+    let roots = Roots {
+        sysfs: args.sysfs.clone().unwrap_or_else(|| cfg.sysfs_root.clone()),
+        module: env_path("RMCP_MODULE_ROOT", "/sys/module"),
+        dev: env_path("RMCP_DEV_ROOT", "/dev"),
+    };
+    run_all(&roots, &cfg)
+}
+
+/// Runs every check, in the order of the report.
+fn run_all(roots: &Roots, cfg: &Config) -> Report {
+    let mut findings = Vec::new();
+    let topo = gpus::topology(roots, &mut findings);
+    let nodes: &[GpuNode] = topo.as_ref().map(|t| t.gpus.as_slice()).unwrap_or(&[]);
+    let mut override_findings = Vec::new();
+    let overrides = overrides::gfx_overrides(nodes, topo.is_some(), &mut override_findings);
+    let render_minors: Vec<Option<u64>> = nodes
+        .iter()
+        .map(|g| gpus::render_minor(&roots.sysfs, g.node))
+        .collect();
+    let mut rows = Vec::new();
+    for (i, g) in nodes.iter().enumerate() {
+        let row = gpus::gpu_row(g, cfg, overrides[i].clone(), render_minors[i]);
+        findings.push(gpus::gpu_finding(g, &row, cfg));
+        rows.push(row);
+    }
+    findings.append(&mut override_findings);
+    for (g, row) in nodes.iter().zip(&rows) {
+        findings.push(gpus::pcie_atomics(g, row, cfg));
+    }
+    setup::rmcp_config(cfg, &mut findings);
+    setup::ld_preload(&mut findings);
+    setup::shim(&mut findings);
+    let libraries = runtimes::search();
+    runtimes::findings(&libraries, &mut findings);
+    environment::variables(nodes, &mut findings);
+    driver::amdgpu_params(&roots.module, nodes, &mut findings);
+    driver::device_access(&roots.dev, &rows, &mut findings);
+    Report {
+        version: build_info::VERSION.to_string(),
+        commit: build_info::commit().to_string(),
+        sysfs: roots.sysfs.clone(),
+        gpus: rows,
+        libraries,
+        findings,
+    }
+}
+
+/// `rmcp doctor`.
+pub fn main(args: DoctorArgs) -> u8 {
+    // A panic in a check is doctor's own failure (status 2), never a finding.
+    let report = match std::panic::catch_unwind(|| diagnose(&args)) {
+        Ok(r) => r,
+        Err(_) => {
+            eprintln!("rmcp doctor: internal error (see the message above); this is a bug");
+            return EXIT_DOCTOR_FAILED;
+        }
+    };
+    let text = if args.json {
+        match render::json(&report) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("rmcp doctor: cannot write JSON: {e}");
+                return EXIT_DOCTOR_FAILED;
+            }
+        }
+    } else {
+        render::human(&report, render::use_colour())
+    };
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        // A reader that stopped early (`| head`) needs no message.
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("rmcp doctor: cannot write the report: {e}");
+        }
+        return EXIT_DOCTOR_FAILED;
+    }
+    report.exit_status()
+}

@@ -1,0 +1,105 @@
+//! rmcp's own setup: the shim's RMCP_* settings as it would read them (`rmcp-config`),
+//! whether LD_PRELOAD carries the shim (`ld-preload`), and where `rmcp run` would find
+//! it (`shim`).
+//!
+//! As in every check, nothing here may panic on odd input (a malformed topology,
+//! unreadable files, non-UTF-8 variables): what cannot be read is a finding, never a crash.
+
+use std::path::Path;
+
+use rmcp_core::config::{Config, Mode, VARIABLES};
+
+use super::report::{Check, Finding, Status};
+use crate::{install, preload};
+
+pub fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
+    let targets: Vec<String> = cfg.targets.iter().map(|t| t.to_string()).collect();
+    let status = match cfg.mode {
+        Mode::Auto | Mode::Force => Status::Ok,
+        Mode::DryRun | Mode::Off => Status::Info,
+    };
+    out.push(
+        Finding::new(
+            Check::RmcpConfig,
+            status,
+            format!(
+                "RMCP_MODE={}; targets: {}; {} of the shim's {} RMCP_* variables set.",
+                cfg.mode.as_str(),
+                targets.join(", "),
+                rmcp_vars_set(),
+                VARIABLES.len()
+            ),
+        )
+        .with("mode", cfg.mode.as_str())
+        .with("targets", targets),
+    );
+    for w in &cfg.warnings {
+        out.push(Finding::new(
+            Check::RmcpConfig,
+            Status::Warn,
+            format!("{w}."),
+        ));
+    }
+}
+
+fn rmcp_vars_set() -> usize {
+    VARIABLES
+        .iter()
+        .filter(|v| std::env::var_os(v.name).is_some())
+        .count()
+}
+
+pub fn ld_preload(out: &mut Vec<Finding>) {
+    let shims = preload::shim_entries(std::env::var_os("LD_PRELOAD").as_deref());
+    let f = match shims.as_slice() {
+        [] => Finding::new(
+            Check::LdPreload,
+            Status::Info,
+            "LD_PRELOAD does not carry librmcp_shim.so in this shell: start programs with \
+             `rmcp run -- CMD` (or the container entrypoint).",
+        ),
+        [one] if Path::new(one).is_file() => Finding::new(
+            Check::LdPreload,
+            Status::Ok,
+            format!("LD_PRELOAD carries the shim: {one}."),
+        ),
+        [one] => Finding::new(
+            Check::LdPreload,
+            Status::Warn,
+            format!("LD_PRELOAD names {one}, which does not exist: ld.so ignores it."),
+        ),
+        many => Finding::new(
+            Check::LdPreload,
+            Status::Warn,
+            format!(
+                "LD_PRELOAD carries {} copies of the shim ({}): keep one (rmcp run does).",
+                many.len(),
+                many.join(", ")
+            ),
+        ),
+    };
+    out.push(f.with("shims", shims));
+}
+
+pub fn shim(out: &mut Vec<Finding>) {
+    let search = install::SHIM.search_here(None);
+    let f = match &search.found {
+        Some(p) => Finding::new(
+            Check::Shim,
+            Status::Ok,
+            format!("rmcp run would preload {}.", p.display()),
+        )
+        .with("path", p.display().to_string()),
+        None => Finding::new(
+            Check::Shim,
+            Status::Warn,
+            format!(
+                "rmcp run would not find librmcp_shim.so (looked at {}); give --shim PATH \
+                 or set RMCP_SHIM.",
+                search.describe_tried()
+            ),
+        )
+        .with("path", serde_json::Value::Null),
+    };
+    out.push(f);
+}
