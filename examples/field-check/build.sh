@@ -4,7 +4,8 @@
 #
 #   examples/field-check/build.sh [OUTPUT]
 #
-# OUTPUT defaults to examples/field-check/build/rmcp-field-check, where `rmcp check` looks.
+# OUTPUT defaults to examples/field-check/build/rmcp-field-check; give it to `rmcp check` with
+# --binary PATH or RMCP_FIELD_CHECK=PATH.
 # Environment:
 #   HIPCC              the compiler (default: hipcc)
 #   FIELD_CHECK_ARCHS  space-separated targets (default: the list below); add yours if your
