@@ -1,10 +1,10 @@
 //! The registry of hooked names, the hooks! table and the library's exports agree
 //! (scripts/check-hooks), and the check catches a difference.
 
-mod common;
+use rmcp_testkit::{fake_dir, repo, shim};
 
 fn check(so: &std::path::Path) -> std::process::Output {
-    std::process::Command::new(common::repo().join("scripts/check-hooks"))
+    std::process::Command::new(repo().join("scripts/check-hooks"))
         .arg(so)
         .output()
         .expect("run scripts/check-hooks")
@@ -12,7 +12,7 @@ fn check(so: &std::path::Path) -> std::process::Output {
 
 #[test]
 fn registry_table_and_exports_agree() {
-    let out = check(&common::shim());
+    let out = check(&shim());
     assert!(
         out.status.success(),
         "{}{}",
@@ -26,7 +26,7 @@ fn registry_table_and_exports_agree() {
 fn a_library_missing_hooks_fails_the_check() {
     // The fake runtime exports more than the registry and lacks nothing hooked but
     // hipGetProcAddress in its 5.x build: the check must see both differences.
-    let out = check(&common::fake_dir(5).join("libamdhip64.so.5"));
+    let out = check(&fake_dir(5).join("libamdhip64.so.5"));
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("-hipGetProcAddress"), "{text}");
