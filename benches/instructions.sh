@@ -2,7 +2,7 @@
 # Instructions the shim adds, counted by valgrind's callgrind: unlike wall-clock time on
 # a shared machine, the count repeats exactly for the same binaries and inputs.
 #
-#   benches/instructions.sh            (after `cargo build --release`; needs valgrind)
+#   benches/instructions.sh  (after `cargo build --release --workspace`; needs valgrind)
 #
 # Per call: the difference between 20000 and 10000 calls of the bench client's loop,
 # divided by 10000, with and without the shim (the fake runtime answers size 0 without
@@ -11,8 +11,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "instructions.sh: needs valgrind" >&2; exit 2; }
-out=$(ls -td target/release/build/rmcp-*/out 2>/dev/null | head -1)
-[ -n "$out" ] || { echo "instructions.sh: run cargo build --release first" >&2; exit 2; }
+out=$(ls -td target/release/build/rmcp-testkit-*/out 2>/dev/null | head -1)
+[ -n "$out" ] || { echo "instructions.sh: run cargo build --release --workspace first" >&2; exit 2; }
 bench=$out/bench/rmcp_bench
 fake=$out/fake-hip-6
 shim=$PWD/target/release/librmcp_shim.so

@@ -9,15 +9,15 @@
 //! the machine falls on both. Medians, with the 10th and 90th percentiles as the spread.
 //! Takes about a minute on two cores.
 //!
-//! The client is benches/bench_client.c (built by build.rs as `RMCP_BENCH_CLIENT`).
+//! The client is benches/bench_client.c (built by rmcp-testkit's build.rs:
+//! `rmcp_testkit::bench_client()`).
 
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-const CLIENT: &str = env!("RMCP_BENCH_CLIENT");
-const FAKE_HIP_DIR: &str = env!("RMCP_FAKE_HIP_DIR_6");
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+use rmcp_testkit::{bench_client, fake_dir, fixture, shim};
 
 /// Per-call benchmark: calls per batch, batches per process, processes per side. Short
 /// batches (about 1 ms) let the median skip the ones a preemption fell into; several
@@ -37,21 +37,6 @@ const EIGHT_GPUS: &str = "0000:03:00.0,0000:06:00.0,0000:09:00.0,0000:0c:00.0,\
 const HOST_DEFAULT: &str = "0";
 /// hipDeviceMallocFinegrained: rewritten to hipDeviceMallocDefault on an affected device.
 const FINEGRAINED: &str = "1";
-
-fn shim() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    [
-        profile.join("librmcp_shim.so"),
-        profile.join("deps/librmcp_shim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("librmcp_shim.so is built with the example")
-}
 
 /// The environment of one scenario (besides LD_PRELOAD).
 #[derive(Clone)]
@@ -76,7 +61,7 @@ impl Scenario {
 }
 
 /// A command with the inherited RMCP_*/FAKEHIP_*/LD_PRELOAD removed.
-fn clean(program: &str) -> Command {
+fn clean(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
@@ -88,10 +73,10 @@ fn clean(program: &str) -> Command {
 }
 
 fn client(args: &[&str], sc: &Scenario, preload: Option<&Path>) -> String {
-    let mut cmd = clean(CLIENT);
+    let mut cmd = clean(bench_client());
     cmd.args(args)
-        .env("LD_LIBRARY_PATH", FAKE_HIP_DIR)
-        .env("RMCP_SYSFS_ROOT", format!("{FIXTURES}/{}", sc.fixture))
+        .env("LD_LIBRARY_PATH", fake_dir(6))
+        .env("RMCP_SYSFS_ROOT", fixture(sc.fixture))
         .env("FAKEHIP_DEVICES", sc.devices)
         .env("RMCP_LOG", "warn");
     for (k, v) in &sc.extra {

@@ -6,8 +6,10 @@
 //! The fake runtime (tests/fake-hip/) records the flags each call arrives with; the probe
 //! (examples/hip_probe.c) makes the calls PyTorch, MIOpen and rocBLAS make.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+use rmcp_testkit::{fake_dir, fixture, probe, shim};
 
 const CALLS: &[(&str, &str)] = &[
     (
@@ -20,32 +22,14 @@ const CALLS: &[(&str, &str)] = &[
     ("hipMalloc:4096", "plain VRAM"),
 ];
 
-fn shim() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    [
-        profile.join("deps/librmcp_shim.so"),
-        profile.join("librmcp_shim.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-    .expect("librmcp_shim.so is built with the example")
-}
-
 /// Runs the probe; returns the runtime's record, one "function flags" per call.
 fn run(preload: Option<&Path>, record: &Path) -> (Vec<String>, String) {
     let _ = std::fs::remove_file(record);
-    let mut cmd = Command::new(env!("RMCP_HIP_PROBE_6"));
+    let mut cmd = Command::new(probe(6));
     cmd.args(CALLS.iter().map(|c| c.0))
-        .env("LD_LIBRARY_PATH", env!("RMCP_FAKE_HIP_DIR_6"))
+        .env("LD_LIBRARY_PATH", fake_dir(6))
         .env("FAKEHIP_RECORD", record)
-        .env(
-            "RMCP_SYSFS_ROOT",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/rdna1"),
-        )
+        .env("RMCP_SYSFS_ROOT", fixture("rdna1"))
         .env("RMCP_LOG", "info")
         .env("RMCP_STATS", "1");
     if let Some(p) = preload {

@@ -1,7 +1,7 @@
 /*
  * hip_probe.c - call HIP allocation functions and print what came back.
  *
- * One source, two shapes (build.rs builds both, per HIP major version):
+ * One source, two shapes (rmcp-testkit/build.rs builds both, per HIP major version):
  *   - an executable (hip_probe5, hip_probe6) linked with -lamdhip64, whose
  *     main() calls probe_main();
  *   - with -DHIP_PROBE_LIBRARY, a shared library (libframework5.so,

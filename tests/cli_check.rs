@@ -7,8 +7,6 @@
 //! only looks at LD_PRELOAD; ld.so complains on stderr that it cannot preload a non-ELF
 //! file and carries on.
 
-mod common;
-
 use std::fmt::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -487,7 +485,7 @@ fn real_program_without_a_gpu_says_no_device() {
         eprintln!("skipped: /dev/kfd exists; this test is for machines without a GPU");
         return;
     }
-    for preload in [None, Some(common::shim())] {
+    for preload in [None, Some(rmcp_testkit::shim())] {
         let mut c = clean(&program);
         if let Some(s) = &preload {
             c.env("LD_PRELOAD", s);
@@ -534,7 +532,7 @@ fn real_program_without_a_gpu_says_no_device() {
         .arg("--binary")
         .arg(&program)
         .arg("--shim")
-        .arg(common::shim())
+        .arg(rmcp_testkit::shim())
         .output()
         .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
@@ -585,7 +583,7 @@ fn real_program_reads_pcie_atomics_like_doctor() {
     ];
     for (fixture, pci, want) in cases {
         let out = clean(&program)
-            .env("RMCP_SYSFS_ROOT", common::fixture(fixture))
+            .env("RMCP_SYSFS_ROOT", rmcp_testkit::fixture(fixture))
             .args(["--kfd", pci])
             .output()
             .unwrap();

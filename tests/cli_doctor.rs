@@ -4,18 +4,13 @@
 //! /dev (RMCP_DEV_ROOT) with kfd and render nodes, and an empty /sys/module
 //! (RMCP_MODULE_ROOT), so the results do not depend on this machine.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
+use rmcp_testkit::fixture;
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
 
 struct Env {
     dev: tempfile::TempDir,

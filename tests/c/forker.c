@@ -1,5 +1,6 @@
 /*
- * forker.c - fork while another thread is inside a hooked call (tests/reliability_fork.rs).
+ * forker.c - fork while another thread is inside a hooked call
+ * (rmcp-shim/tests/reliability_fork.rs).
  *
  *   forker inside MARK   the main thread makes a first hooked call (the shim's state is
  *                        built), then thread A calls hipMalloc, which the fake runtime holds

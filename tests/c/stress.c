@@ -1,6 +1,6 @@
 /*
  * stress.c - N threads x M hooked calls over every hook the shim exports, for the exact
- * accounting test (tests/reliability_stress.rs) and the logging test.
+ * accounting test (rmcp-shim/tests/reliability_stress.rs) and the logging test.
  *
  *   stress THREADS CALLS_PER_THREAD
  *

@@ -1,7 +1,7 @@
 /*
  * fake_hip.c - a tiny stand-in for libamdhip64 used by rmcp's tests.
  *
- * build.rs compiles this file three times, as libamdhip64.so.5, .so.6 and
+ * rmcp-testkit/build.rs compiles this file three times, as libamdhip64.so.5, .so.6 and
  * .so.7 (-DFAKEHIP_MAJOR=5/6/7), each with a GNU version script so that every
  * export carries the same version node as in the real runtime
  * (hipMalloc@@hip_4.2, hipMallocAsync@@hip_5.1, hipGetProcAddress@@hip_6.1).
@@ -20,7 +20,7 @@
  *   FAKEHIP_FAIL=rules    FUNC:RC or FUNC@MASK:RC, comma-separated; FUNC may be
  *                         "*" (every allocation function). First match wins.
  *
- * For the reliability tests (tests/reliability_*.rs):
+ * For the reliability tests (rmcp-shim/tests/reliability_*.rs):
  *   FAKEHIP_COUNTS=path   count every call of every export in memory, lock-free, by
  *       (function, rc, flags), and write the counts to path at exit (a library
  *       destructor), one line each: <func> rc=<dec> flags=0x<hex> count=<dec>.

@@ -2,8 +2,7 @@
 //! and makes no system call: shown by running the calls in a thread whose every system
 //! call traps (seccomp) and whose mallocs are counted (tests/c/hotpath.c).
 
-mod common;
-use common::*;
+use rmcp_testkit::*;
 
 const STEPS: &[&str] = &[
     "hipHostMalloc:0",
@@ -44,7 +43,7 @@ fn hotpath(run: Run, control: bool) -> (u64, u64, u64, u64) {
 }
 
 fn run() -> Run {
-    Run::new(6, std::path::Path::new(env!("RMCP_HOTPATH")))
+    Run::new(6, &hotpath_client())
 }
 
 #[test]

@@ -3,8 +3,7 @@
 //! whose meaning depends on who asks (RTLD_NEXT, RTLD_DEFAULT from an RTLD_LOCAL library),
 //! which must not change.
 
-mod common;
-use common::*;
+use rmcp_testkit::*;
 
 const NC: u32 = 0x8000_0000;
 const HOOKED: &[&str] = &[
@@ -16,7 +15,7 @@ const HOOKED: &[&str] = &[
 ];
 
 fn client(major: u8) -> Run {
-    Run::new(major, std::path::Path::new(env!("RMCP_DLSYM_CLIENT")))
+    Run::new(major, &dlsym_client())
 }
 
 fn soname(major: u8) -> String {
@@ -126,10 +125,8 @@ fn lookups_that_depend_on_the_caller_keep_their_meaning() {
     // RTLD_NEXT and RTLD_DEFAULT asked from an RTLD_LOCAL library: the same answers with
     // and without the shim (its dlsym must not become the caller glibc sees).
     for major in [5, 6] {
-        let lib = match major {
-            5 => env!("RMCP_SCOPE_LIB_5"),
-            _ => env!("RMCP_SCOPE_LIB_6"),
-        };
+        let lib = scope_lib(major);
+        let lib = lib.to_str().expect("a UTF-8 path");
         let with = client(major).args(["scopes", lib]).run();
         let without = client(major).no_shim().args(["scopes", lib]).run();
         with.assert_success();

@@ -1,8 +1,7 @@
 //! The shim in real process trees: exec'd children, multiprocessing with fork and spawn,
 //! and secure execution (setuid).
 
-mod common;
-use common::*;
+use rmcp_testkit::*;
 
 const NC: u32 = 0x8000_0000;
 

@@ -4,8 +4,7 @@
 //! that is mapped, and hands back its answers bit for bit. Skipped when the runtime is not
 //! installed, unless RMCP_REQUIRE_REAL_HIP=1.
 
-mod common;
-use common::*;
+use rmcp_testkit::*;
 
 /// Every hook, normal and bad input.
 const STEPS: &[&str] = &[

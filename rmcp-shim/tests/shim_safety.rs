@@ -1,8 +1,7 @@
 //! Never worse than without the shim: fallbacks, caller errors, bad configuration, the
 //! first-call race, processes that never touch HIP, and stats that agree with the runtime.
 
-mod common;
-use common::*;
+use rmcp_testkit::*;
 
 const NC: u32 = 0x8000_0000;
 

@@ -1,5 +1,5 @@
 //! Logging under pressure, with the stress client (tests/c/stress.c) and the exact
-//! accounting of tests/reliability_model:
+//! accounting of rmcp_testkit::stress_model:
 //! - RMCP_LOG=trace with 8 threads: no deadlock, every line whole (`rmcp[pid] level: `),
 //!   one line per call, per hook as many lines as the callers made calls;
 //! - an unwritable RMCP_LOG_FILE: the log goes to stderr, with one warning saying so;
@@ -8,17 +8,14 @@
 //!
 //! Every run is killed after 60 s, so a deadlock fails the test instead of hanging CI.
 
-mod common;
-mod reliability_model;
-
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::Run;
-use reliability_model::{check, stress_run};
+use rmcp_testkit::Run;
+use rmcp_testkit::stress_model::{check, stress_run};
 
 const THREADS: u32 = 8;
 const CALLS: u64 = 5_000;

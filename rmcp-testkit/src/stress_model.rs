@@ -1,13 +1,12 @@
 //! The model of what the shim does under the stress client (tests/c/stress.c) on the rdna1
 //! fixture with the fake runtime's FAKEHIP_PATTERN=mod4, and the check that the runtime's
 //! counts, the callers' results and the shim's stats agree with it, call for call.
-//! Shared by tests/reliability_stress.rs and tests/reliability_logging.rs.
-#![allow(dead_code)]
+//! Shared by the reliability_stress and reliability_logging tests.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use crate::common::Run;
+use crate::artifacts::stress_client;
+use crate::run::Run;
 
 const NC: u32 = 0x8000_0000;
 const COHERENT: u32 = 0x4000_0000;
@@ -16,10 +15,6 @@ const UNCACHED: u32 = 0x1000_0000;
 const HOST_MALLOC_KNOWN: u32 = 0x1 | 0x2 | 0x4 | UNCACHED | 0x2000_0000 | COHERENT | NC;
 /// hipHostAlloc flags the shim rewrites on runtimes >= 6.3 (Portable | Mapped | WriteCombined).
 const HOST_ALLOC_VALID: u32 = 0x7;
-
-fn stress_client() -> PathBuf {
-    PathBuf::from(env!("RMCP_STRESS_CLIENT"))
-}
 
 /// The fake runtime's answer under FAKEHIP_PATTERN=mod4 (tests/fake-hip/fake_hip.c).
 fn runtime_answer(func: &str, flags: u32, class: u32) -> i32 {
@@ -52,8 +47,9 @@ fn rewrite(func: &str, flags: u32) -> Option<(&'static str, u32)> {
     }
 }
 
+/// One hook's entry in the shim's stats report.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
+struct Stat {
     calls: u64,
     rewritten: u64,
     fallbacks: u64,
@@ -66,9 +62,13 @@ type Counts = BTreeMap<(String, i32, u32), u64>;
 
 /// The figures of a run.
 pub struct Accounting {
+    /// Hooked calls the callers made (and tallied).
     pub calls: u64,
+    /// Runtime answers other than success (the injected faults).
     pub faults: u64,
+    /// Calls the runtime received, the shim's own queries included.
     pub runtime_calls: u64,
+    /// Rewritten calls the runtime rejected, retried as the caller asked.
     pub fallbacks: u64,
 }
 

@@ -1,8 +1,7 @@
 //! The rewrite table end to end: every hook x {affected, unaffected, mixed with the current
 //! device affected / not} x every mode, asserting the flags the (fake) runtime received.
 
-mod common;
-use common::*;
+use rmcp_testkit::*;
 
 const NC: u32 = 0x8000_0000;
 
@@ -255,10 +254,7 @@ fn every_hook_in_every_situation_and_mode() {
             .sum();
             let want = STEPS.iter().filter(|s| would(s)).count() as u64;
             assert_eq!(rewritten, want, "{ctx}: stats rewritten");
-            let calls: u64 = common::ALLOCATORS
-                .iter()
-                .map(|f| out.stat(f, "calls"))
-                .sum();
+            let calls: u64 = ALLOCATORS.iter().map(|f| out.stat(f, "calls")).sum();
             assert_eq!(calls, STEPS.len() as u64, "{ctx}: stats calls");
             assert_eq!(out.stats.as_ref().unwrap()["mode"], mode, "{ctx}");
 

@@ -1,7 +1,6 @@
 //! How the runtime gets into the process, and which copy the shim forwards to.
 
-mod common;
-use common::*;
+use rmcp_testkit::*;
 
 const NC: u32 = 0x8000_0000;
 

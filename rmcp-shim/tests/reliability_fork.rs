@@ -11,19 +11,12 @@
 //! The child arms alarm(5), so a deadlocked child dies of SIGALRM; the test also kills the
 //! whole process group after 20 s, so CI never hangs here.
 
-mod common;
-
 use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::Run;
-
-fn forker() -> PathBuf {
-    PathBuf::from(env!("RMCP_FORK_CLIENT"))
-}
+use rmcp_testkit::{Run, fork_client};
 
 /// Runs `run` in its own process group; kills the group after `limit`.
 /// Returns (exit code, or None if killed; stdout; stderr).
@@ -83,7 +76,7 @@ fn calls(report: &serde_json::Value, func: &str) -> u64 {
 
 #[test]
 fn fork_while_another_thread_is_inside_a_hook() {
-    let run = Run::new(6, &forker()).env_remove("FAKEHIP_RECORD");
+    let run = Run::new(6, &fork_client()).env_remove("FAKEHIP_RECORD");
     let mark = run.dir().join("mark");
     let stats = run.dir().join("stats-%p.json");
     let run = run
@@ -131,7 +124,7 @@ fn fork_while_another_thread_is_inside_a_hook() {
 /// Fork while thread A is making the process's first hooked call (the shim's state is
 /// being built and A is held in the runtime's hipGetDeviceCount).
 fn fork_during_first_call() -> (Option<i32>, String, String) {
-    let run = Run::new(6, &forker())
+    let run = Run::new(6, &fork_client())
         .env_remove("FAKEHIP_RECORD")
         .fixture("mixed")
         .env("FAKEHIP_DEVICES", "0000:03:00.0,0000:0a:00.0");

@@ -1,0 +1,39 @@
+//! The built library exports exactly the names of the hook registry and `dlsym`, nothing
+//! more (the compiler keeps the table, the registry and the trampolines in step; only the
+//! linked result can show the version script did its part), and the comparison catches a
+//! difference.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use rmcp_testkit as kit;
+
+/// `-name` for a registry name the library lacks, `+name` for an export the registry lacks.
+fn difference(so: &Path) -> Vec<String> {
+    let want: BTreeSet<String> = rmcp_core::registry::exported_names()
+        .map(String::from)
+        .collect();
+    let got = kit::exported_functions(so);
+    let missing = want.difference(&got).map(|n| format!("-{n}"));
+    let extra = got.difference(&want).map(|n| format!("+{n}"));
+    missing.chain(extra).collect()
+}
+
+#[test]
+fn registry_and_exports_agree() {
+    assert_eq!(difference(&kit::shim()), Vec::<String>::new());
+    assert_eq!(
+        rmcp_core::registry::exported_names().count(),
+        12,
+        "11 hooks and dlsym"
+    );
+}
+
+#[test]
+fn a_library_missing_hooks_fails_the_check() {
+    // The fake runtime exports more than the registry and lacks nothing hooked but
+    // hipGetProcAddress in its 5.x build: the comparison must see both differences.
+    let d = difference(&kit::fake_dir(5).join("libamdhip64.so.5"));
+    assert!(d.contains(&"-hipGetProcAddress".to_string()), "{d:?}");
+    assert!(d.contains(&"+hipFree".to_string()), "{d:?}");
+}

@@ -1,0 +1,369 @@
+//! Builds the C test artifacts (std only, no build-dependencies).
+//!
+//! The sources stay where they are, relative to the workspace root (this crate's parent
+//! directory): tests/fake-hip, tests/c, examples/hip_probe.c, benches/*.c.
+//!
+//! Everything goes to OUT_DIR. This crate's library (src/artifacts.rs, the only reader)
+//! finds it through these compile-time environment variables (`env!`):
+//!
+//! * `RMCP_FAKE_HIP_DIR_5/6/7`: directories holding the fake runtime
+//!   `libamdhip64.so.N` (tests/fake-hip/fake_hip.c) plus a `libamdhip64.so` symlink used
+//!   for linking.
+//! * `RMCP_HIP_PROBE_5/6`: examples/hip_probe.c executables, DT_NEEDED
+//!   libamdhip64.so.5 / .so.6, no rpath (LD_LIBRARY_PATH picks the runtime).
+//! * `RMCP_FRAMEWORK_5/6`: the same source as a shared library exporting
+//!   `probe_main`, DT_NEEDED the runtime, no rpath.
+//! * `RMCP_DLOPEN_CLIENT`: tests/c/dlopen_client.c, not linked to the runtime.
+//! * `RMCP_HOTPATH`, `RMCP_DLSYM_CLIENT`, `RMCP_SCOPE_LIB_5/6`, `RMCP_STRESS_CLIENT`,
+//!   `RMCP_FORK_CLIENT`, `RMCP_BENCH_CLIENT`: see the functions that build them below.
+//!
+//! The compiler is `$CC` (which may carry arguments, e.g. "ccache cc") or `cc`.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const FAKE_HIP_SRC: &str = "tests/fake-hip/fake_hip.c";
+const FAKE_HIP_MAP: &str = "tests/fake-hip/hip.map";
+const FAKE_HIP_MAP_5: &str = "tests/fake-hip/hip.map.5";
+const PROBE_SRC: &str = "examples/hip_probe.c";
+const DLOPEN_CLIENT_SRC: &str = "tests/c/dlopen_client.c";
+const HOTPATH_SRC: &str = "tests/c/hotpath.c";
+
+const CFLAGS: &[&str] = &["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"];
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    for path in [
+        FAKE_HIP_SRC,
+        FAKE_HIP_MAP,
+        FAKE_HIP_MAP_5,
+        PROBE_SRC,
+        DLOPEN_CLIENT_SRC,
+        HOTPATH_SRC,
+    ] {
+        rerun_if_changed(path);
+    }
+    println!("cargo:rerun-if-env-changed=CC");
+
+    // The artifacts are Linux/glibc ELF objects (LD_PRELOAD, version scripts).
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        println!("cargo:warning=rmcp: not a Linux target, C test artifacts not built");
+        return;
+    }
+
+    let root_dir = root();
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR"));
+    let cc = Compiler::from_env();
+    let src = |p: &str| root_dir.join(p);
+
+    // Fake runtimes, one directory per major version.
+    for major in [5u32, 6, 7] {
+        let dir = out.join(format!("fake-hip-{major}"));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let soname = format!("libamdhip64.so.{major}");
+        let lib = dir.join(&soname);
+        let map = src(if major == 5 {
+            FAKE_HIP_MAP_5
+        } else {
+            FAKE_HIP_MAP
+        });
+        cc.run(
+            &format!("fake HIP runtime {soname}"),
+            &[
+                "-shared".into(),
+                "-fPIC".into(),
+                format!("-DFAKEHIP_MAJOR={major}"),
+                format!("-Wl,-soname,{soname}"),
+                format!("-Wl,--version-script={}", map.display()),
+                "-o".into(),
+                lib.display().to_string(),
+                src(FAKE_HIP_SRC).display().to_string(),
+                "-ldl".into(),
+            ],
+        );
+        let link = dir.join("libamdhip64.so");
+        symlink_force(Path::new(&soname), &link);
+        println!(
+            "cargo:rustc-env=RMCP_FAKE_HIP_DIR_{major}={}",
+            dir.display()
+        );
+    }
+
+    // hip_probe executables and libframework shared libraries (5 and 6).
+    for major in [5u32, 6] {
+        let fake_dir = out.join(format!("fake-hip-{major}"));
+        let link_args = [
+            format!("-L{}", fake_dir.display()),
+            "-lamdhip64".into(),
+            "-ldl".into(),
+        ];
+
+        let probe = out.join(format!("hip_probe{major}"));
+        let mut args: Vec<String> = vec![
+            "-o".into(),
+            probe.display().to_string(),
+            src(PROBE_SRC).display().to_string(),
+        ];
+        args.extend(link_args.iter().cloned());
+        cc.run(&format!("hip_probe{major}"), &args);
+        println!("cargo:rustc-env=RMCP_HIP_PROBE_{major}={}", probe.display());
+
+        let framework = out.join(format!("libframework{major}.so"));
+        let mut args: Vec<String> = vec![
+            "-shared".into(),
+            "-fPIC".into(),
+            "-DHIP_PROBE_LIBRARY".into(),
+            format!("-Wl,-soname,libframework{major}.so"),
+            "-o".into(),
+            framework.display().to_string(),
+            src(PROBE_SRC).display().to_string(),
+        ];
+        args.extend(link_args.iter().cloned());
+        cc.run(&format!("libframework{major}.so"), &args);
+        println!(
+            "cargo:rustc-env=RMCP_FRAMEWORK_{major}={}",
+            framework.display()
+        );
+    }
+
+    // The hot-path checker: linked to the .so.6 fake, with its own malloc family.
+    let hotpath = out.join("hotpath");
+    let fake6 = out.join("fake-hip-6");
+    cc.run(
+        "hotpath",
+        &[
+            "-o".into(),
+            hotpath.display().to_string(),
+            src(HOTPATH_SRC).display().to_string(),
+            format!("-L{}", fake6.display()),
+            "-lamdhip64".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_HOTPATH={}", hotpath.display());
+
+    let client = out.join("dlopen_client");
+    cc.run(
+        "dlopen_client",
+        &[
+            "-o".into(),
+            client.display().to_string(),
+            src(DLOPEN_CLIENT_SRC).display().to_string(),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_DLOPEN_CLIENT={}", client.display());
+
+    bench_client(&cc, &root_dir, &out);
+    dlsym_clients(&cc, &root_dir, &out);
+    reliability_clients(&cc, &root_dir, &out);
+}
+
+/// The reliability tests' clients (reliability_*.rs), linked to the .so.6 fake:
+/// `RMCP_STRESS_CLIENT` (tests/c/stress.c) and `RMCP_FORK_CLIENT` (tests/c/forker.c).
+fn reliability_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
+    let fake6 = out.join("fake-hip-6");
+    for (name, src, var) in [
+        ("stress", "tests/c/stress.c", "RMCP_STRESS_CLIENT"),
+        ("forker", "tests/c/forker.c", "RMCP_FORK_CLIENT"),
+    ] {
+        rerun_if_changed(src);
+        let exe = out.join(name);
+        cc.run(
+            name,
+            &[
+                "-o".into(),
+                exe.display().to_string(),
+                root_dir.join(src).display().to_string(),
+                format!("-L{}", fake6.display()),
+                "-lamdhip64".into(),
+                "-ldl".into(),
+            ],
+        );
+        println!("cargo:rustc-env={var}={}", exe.display());
+    }
+}
+
+/// Callers that look HIP up by name (the shim_dlsym tests): `RMCP_DLSYM_CLIENT`, and
+/// `RMCP_SCOPE_LIB_5` / `_6` (libscopeN.so, linked to the runtime and to libscopedep.so,
+/// found through its rpath $ORIGIN).
+fn dlsym_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
+    const CLIENT: &str = "tests/c/dlsym_client.c";
+    const SCOPE: &str = "tests/c/dlsym_scope.c";
+    const SCOPEDEP: &str = "tests/c/dlsym_scopedep.c";
+    for path in [CLIENT, SCOPE, SCOPEDEP, "tests/c/owner.h"] {
+        rerun_if_changed(path);
+    }
+    let src = |p: &str| root_dir.join(p).display().to_string();
+    let client = out.join("dlsym_client");
+    cc.run(
+        "dlsym_client",
+        &[
+            "-o".into(),
+            client.display().to_string(),
+            src(CLIENT),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_DLSYM_CLIENT={}", client.display());
+    for major in [5u32, 6] {
+        let dir = out.join(format!("scope-{major}"));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let dep = dir.join("libscopedep.so");
+        cc.run(
+            "libscopedep.so",
+            &[
+                "-shared".into(),
+                "-fPIC".into(),
+                "-Wl,-soname,libscopedep.so".into(),
+                "-o".into(),
+                dep.display().to_string(),
+                src(SCOPEDEP),
+            ],
+        );
+        let lib = dir.join(format!("libscope{major}.so"));
+        cc.run(
+            "libscope.so",
+            &[
+                "-shared".into(),
+                "-fPIC".into(),
+                "-o".into(),
+                lib.display().to_string(),
+                src(SCOPE),
+                format!("-L{}", dir.display()),
+                "-lscopedep".into(),
+                format!("-L{}", out.join(format!("fake-hip-{major}")).display()),
+                "-lamdhip64".into(),
+                "-ldl".into(),
+                "-Wl,-rpath,$ORIGIN".into(),
+            ],
+        );
+        println!("cargo:rustc-env=RMCP_SCOPE_LIB_{major}={}", lib.display());
+    }
+}
+
+/// `RMCP_BENCH_CLIENT`: benches/bench_main.c, an executable (rpath $ORIGIN) linked to
+/// `librmcp_bench.so` (benches/bench_client.c), which makes the hooked calls and is linked
+/// to the .so.6 fake. examples/bench.rs runs it.
+fn bench_client(cc: &Compiler, root_dir: &Path, out: &Path) {
+    const BENCH_CLIENT_SRC: &str = "benches/bench_client.c";
+    const BENCH_MAIN_SRC: &str = "benches/bench_main.c";
+    for path in [BENCH_CLIENT_SRC, BENCH_MAIN_SRC] {
+        rerun_if_changed(path);
+    }
+    let dir = out.join("bench");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let fake6 = out.join("fake-hip-6");
+    let lib = dir.join("librmcp_bench.so");
+    cc.run(
+        "librmcp_bench.so",
+        &[
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,librmcp_bench.so".into(),
+            "-o".into(),
+            lib.display().to_string(),
+            root_dir.join(BENCH_CLIENT_SRC).display().to_string(),
+            format!("-L{}", fake6.display()),
+            "-lamdhip64".into(),
+        ],
+    );
+    let exe = dir.join("rmcp_bench");
+    cc.run(
+        "rmcp_bench",
+        &[
+            "-o".into(),
+            exe.display().to_string(),
+            root_dir.join(BENCH_MAIN_SRC).display().to_string(),
+            format!("-L{}", dir.display()),
+            "-lrmcp_bench".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
+            format!("-Wl,-rpath-link,{}", fake6.display()),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_BENCH_CLIENT={}", exe.display());
+}
+
+/// The workspace root: the sources' paths are relative to it.
+fn root() -> PathBuf {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .expect("rmcp-testkit lives in the workspace root")
+        .to_path_buf()
+}
+
+/// `rerun-if-changed` for a source given relative to the workspace root (cargo takes
+/// relative paths as relative to this package, so the path printed is absolute).
+fn rerun_if_changed(path: &str) {
+    println!("cargo:rerun-if-changed={}", root().join(path).display());
+}
+
+struct Compiler {
+    program: String,
+    prefix_args: Vec<String>,
+}
+
+impl Compiler {
+    fn from_env() -> Self {
+        let spec = env::var("CC")
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| "cc".to_string());
+        let mut words = spec.split_whitespace().map(str::to_string);
+        let program = words.next().unwrap_or_else(|| "cc".to_string());
+        Compiler {
+            program,
+            prefix_args: words.collect(),
+        }
+    }
+
+    fn run(&self, what: &str, args: &[String]) {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.prefix_args).args(CFLAGS).args(args);
+        let shown = format!("{cmd:?}");
+        let output = cmd.output().unwrap_or_else(|e| {
+            panic!(
+                "rmcp-testkit build.rs: cannot run the C compiler `{}` for {what}: {e}\n\
+                 (set CC to a working C compiler)",
+                self.program
+            )
+        });
+        if !output.status.success() {
+            panic!(
+                "rmcp-testkit build.rs: compiling {what} failed ({})\ncommand: {shown}\n\
+                 --- compiler stdout ---\n{}\n--- compiler stderr ---\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        // Surface warnings that did not fail the build (e.g. from a custom CC).
+        for line in String::from_utf8_lossy(&output.stderr).lines() {
+            if !line.trim().is_empty() {
+                println!("cargo:warning={what}: {line}");
+            }
+        }
+    }
+}
+
+fn symlink_force(target: &Path, link: &Path) {
+    match fs::symlink_metadata(link) {
+        Ok(_) => {
+            fs::remove_file(link).unwrap_or_else(|e| panic!("removing old {}: {e}", link.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("inspecting {}: {e}", link.display()),
+    }
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(target, link).unwrap_or_else(|e| {
+        panic!(
+            "creating symlink {} -> {}: {e}",
+            link.display(),
+            target.display()
+        )
+    });
+    #[cfg(not(unix))]
+    let _ = target;
+}

@@ -1,0 +1,72 @@
+//! The C programs and libraries build.rs compiles into OUT_DIR (fake HIP runtimes, the
+//! probe and its framework-library form, the C clients, the bench client): one function
+//! per artifact, returning its path.
+
+use std::path::PathBuf;
+
+/// Directory of the fake runtime `libamdhip64.so.<major>` (5, 6, 7) and its `.so` symlink.
+pub fn fake_dir(major: u8) -> PathBuf {
+    PathBuf::from(match major {
+        5 => env!("RMCP_FAKE_HIP_DIR_5"),
+        6 => env!("RMCP_FAKE_HIP_DIR_6"),
+        7 => env!("RMCP_FAKE_HIP_DIR_7"),
+        _ => panic!("no fake runtime .so.{major}"),
+    })
+}
+
+/// examples/hip_probe.c as an executable linked to `libamdhip64.so.<major>` (5 or 6).
+pub fn probe(major: u8) -> PathBuf {
+    PathBuf::from(match major {
+        5 => env!("RMCP_HIP_PROBE_5"),
+        6 => env!("RMCP_HIP_PROBE_6"),
+        _ => panic!("no probe for .so.{major}"),
+    })
+}
+
+/// examples/hip_probe.c as `libframework<major>.so` exporting `probe_main` (5 or 6).
+pub fn framework(major: u8) -> PathBuf {
+    PathBuf::from(match major {
+        5 => env!("RMCP_FRAMEWORK_5"),
+        6 => env!("RMCP_FRAMEWORK_6"),
+        _ => panic!("no framework for .so.{major}"),
+    })
+}
+
+/// tests/c/dlopen_client.c: dlopens a library RTLD_LOCAL and calls its `probe_main`.
+pub fn dlopen_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_DLOPEN_CLIENT"))
+}
+
+/// tests/c/hotpath.c: the hot-path checker (seccomp trap, counting malloc), linked to .so.6.
+pub fn hotpath_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_HOTPATH"))
+}
+
+/// tests/c/dlsym_client.c: looks HIP up by name (dlsym, hipGetProcAddress).
+pub fn dlsym_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_DLSYM_CLIENT"))
+}
+
+/// tests/c/dlsym_scope.c as `libscope<major>.so` (5 or 6), linked to the runtime and a dep.
+pub fn scope_lib(major: u8) -> PathBuf {
+    PathBuf::from(match major {
+        5 => env!("RMCP_SCOPE_LIB_5"),
+        6 => env!("RMCP_SCOPE_LIB_6"),
+        _ => panic!("no scope library for .so.{major}"),
+    })
+}
+
+/// tests/c/stress.c: the multi-threaded stress client, linked to .so.6.
+pub fn stress_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_STRESS_CLIENT"))
+}
+
+/// tests/c/forker.c: forks while another thread is inside a hook, linked to .so.6.
+pub fn fork_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_FORK_CLIENT"))
+}
+
+/// benches/bench_main.c + bench_client.c: the bench executable examples/bench.rs runs.
+pub fn bench_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_BENCH_CLIENT"))
+}

@@ -1,0 +1,81 @@
+//! What this machine provides outside the workspace: Debian's real HIP runtime and python3
+//! (a skip when missing, a failure where CI requires them), the ctypes loading shape run
+//! with python3, executables on PATH.
+
+use std::path::PathBuf;
+
+/// Debian's real runtime (ROCm 5.2.3), if installed. With RMCP_REQUIRE_REAL_HIP=1 its
+/// absence fails the test instead of skipping it.
+pub fn real_runtime() -> Option<PathBuf> {
+    let candidates = [
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5",
+        "/opt/rocm/lib/libamdhip64.so.5",
+    ];
+    let found = candidates.iter().map(PathBuf::from).find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var("RMCP_REQUIRE_REAL_HIP").as_deref() != Ok("1"),
+            "RMCP_REQUIRE_REAL_HIP=1 but no real libamdhip64.so.5 is installed \
+             (apt-get install libamdhip64-dev)"
+        );
+        eprintln!("skipped: no real libamdhip64.so.5 installed");
+    }
+    found
+}
+
+/// An executable on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.exists())
+    })
+}
+
+/// python3, for the ctypes loading shape. Missing: a skip, but a failure in CI.
+pub fn python3() -> Option<PathBuf> {
+    let found = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| which("python3"));
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is required in CI"
+        );
+        eprintln!("skipped: no python3");
+    }
+    found
+}
+
+/// `python3 -c CTYPES_PROBE FRAMEWORK STEP...`: loads the framework library with ctypes
+/// (RTLD_LOCAL, as CPython loads extension modules) and calls its probe_main.
+pub const CTYPES_PROBE: &str = r#"
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+args = [a.encode() for a in sys.argv[1:]]
+argv = (ctypes.c_char_p * len(args))(*args)
+sys.stdout.flush()
+sys.exit(lib.probe_main(len(args), argv))
+"#;
+
+/// The defined dynamic function symbols of an ELF file (`nm -D --defined-only`, binutils),
+/// without their versions.
+pub fn exported_functions(file: &std::path::Path) -> std::collections::BTreeSet<String> {
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(file)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success(), "nm {}", file.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            matches!(kind, "T" | "W" | "i")
+                .then(|| name.split('@').next().unwrap_or(name).to_string())
+        })
+        .collect()
+}
