@@ -137,7 +137,7 @@ macro_rules! exports {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             // SAFETY: the caller's own arguments, which the runtime just
                             // accepted.
-                            unsafe { substitute_proc_address($sym, $pfn, own_address) }
+                            unsafe { substitute_proc_address($sym, $pfn, ret) }
                         }));
                     } )?
                     rc
@@ -165,9 +165,11 @@ macro_rules! exports {
 
 rmcp_sys::hooked_functions!(exports);
 
-// `dlsym`: RTLD_DEFAULT (0) and RTLD_NEXT (-1) lookups leave by a jump to glibc's dlsym with
-// the stack untouched, so glibc sees the original caller; a lookup on a handle jumps to the
-// body in `dlsym.rs`, an ordinary function. See `dlsym.rs`.
+// `dlsym` (see `dlsym.rs`). Every lookup first asks `wants`, with the caller's arguments
+// saved around the call and the stack then restored exactly; a lookup it does not want
+// (RTLD_NEXT, a name that is not hooked) leaves by a jump to the next dlsym, so that dlsym,
+// and any audit module, sees the original caller. A hooked name goes to `lookup` with the
+// caller's return address as a third argument.
 core::arch::global_asm!(
     ".pushsection .text",
     ".p2align 4",
@@ -177,17 +179,23 @@ core::arch::global_asm!(
     concat!(".hidden ", own_symbol!(dlsym)),
     concat!(export_symbol!(dlsym), ":"),
     concat!(own_symbol!(dlsym), ":"),
-    "test rdi, rdi",
-    "je 2f",
-    "cmp rdi, -1",
-    "je 2f",
-    "jmp {body}",
+    "push rdi",
+    "push rsi",
+    "sub rsp, 8",
+    "call {wants}",
+    "add rsp, 8",
+    "pop rsi",
+    "pop rdi",
+    "test rax, rax",
+    "jz 2f",
+    "mov rdx, qword ptr [rsp]",
+    "jmp {lookup}",
     "2:",
-    "mov rax, qword ptr [rip + {real}]",
+    "mov rax, qword ptr [rip + {next}]",
     "test rax, rax",
     "jz 3f",
     "jmp rax",
-    // First lookup of the process: find glibc's dlsym, keeping the arguments.
+    // First lookup of the process: find the next dlsym, keeping the arguments.
     "3:",
     "push rdi",
     "push rsi",
@@ -199,9 +207,10 @@ core::arch::global_asm!(
     "jmp rax",
     concat!(".size ", export_symbol!(dlsym), ", . - ", export_symbol!(dlsym)),
     ".popsection",
-    body = sym crate::dlsym::dlsym_on_handle,
-    real = sym crate::dlsym::REAL_DLSYM,
-    find = sym crate::dlsym::find_real_dlsym,
+    wants = sym crate::dlsym::wants,
+    lookup = sym crate::dlsym::lookup,
+    next = sym crate::dlsym::NEXT_DLSYM,
+    find = sym crate::dlsym::find_next_dlsym,
 );
 
 #[cfg(test)]

@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use rmcp_sys::{HipApi, HipError, error};
 
-use crate::state::{self, Shim};
+use rmcp_core::classify::Classes;
+
+use crate::binding::{self, Binding};
+use crate::state::{self, Global};
 use crate::stats::{self, Outcome};
 use crate::thread::{self, ThreadState};
 use rmcp_core::policy::{self, Decision, Facts, Forward};
@@ -24,22 +27,34 @@ use rmcp_core::registry::Hook;
 
 /// The facts of one call, computed only when the policy asks.
 struct CallFacts<'a> {
-    shim: &'a Shim,
-    ret: usize,
+    global: &'a Global,
+    binding: &'a Binding,
 }
 
 impl Facts for CallFacts<'_> {
     fn host_affected(&self) -> bool {
-        self.shim.host_affected
+        match self.global.classes {
+            Classes::Uniform(v) => v,
+            Classes::Mixed => self
+                .binding
+                .copy
+                .is_none_or(|c| c.host_affected(self.global)),
+        }
     }
     fn device_affected(&self) -> bool {
-        self.shim.current_device_affected()
+        match self.global.classes {
+            Classes::Uniform(v) => v,
+            Classes::Mixed => self
+                .binding
+                .copy
+                .is_none_or(|c| c.current_device_affected(self.global)),
+        }
     }
     fn caller_exempt(&self) -> bool {
-        crate::caller::is_exempt(self.ret, &self.shim.config.exempt)
+        self.binding.exempt
     }
     fn host_alloc_is_host(&self) -> bool {
-        self.shim.host_alloc_is_host()
+        self.binding.copy.is_some_and(|c| c.host_alloc_is_host())
     }
 }
 
@@ -60,23 +75,26 @@ fn call_forward(api: &HipApi, fw: Forward, out: *mut *mut c_void, size: usize) -
     }
 }
 
-/// A call made from inside a call the shim is forwarding (or while the shim cannot build
-/// its state): straight to the runtime, not counted.
+/// A call made from inside a call the shim is forwarding (a runtime calling its own
+/// exported functions through its PLT), or one the shim cannot decide for: to the function
+/// the caller would have reached, unchanged, not counted. Never waits for another thread.
 #[cold]
-fn forward_bare(asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
-    if let Some(rt) = state::runtime_if_found() {
-        return asked(&rt.api).unwrap_or(error::SHARED_OBJECT_SYMBOL_NOT_FOUND);
+fn forward_bare(ret: usize, asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
+    let found = catch_unwind(|| binding::for_caller(ret, state::config()).map(|b| b.api))
+        .ok()
+        .flatten()
+        .or_else(|| catch_unwind(next_in_global).ok());
+    match found {
+        Some(api) => asked(&api).unwrap_or(error::SHARED_OBJECT_SYMBOL_NOT_FOUND),
+        None => error::SHARED_OBJECT_SYMBOL_NOT_FOUND,
     }
-    // Re-entered while the runtime itself was being located: use the mapped copy for this
-    // one call, without loading anything.
-    let req = rmcp_sys::locate::Request {
-        mapped_only: true,
-        ..Default::default()
-    };
-    match rmcp_sys::locate::locate(&req) {
-        Ok(rt) => asked(&rt.api).unwrap_or(error::SHARED_OBJECT_SYMBOL_NOT_FOUND),
-        Err(_) => error::SHARED_OBJECT_SYMBOL_NOT_FOUND,
-    }
+}
+
+/// The next definitions after the shim in the global scope, looked up now (nothing kept).
+fn next_in_global() -> HipApi {
+    let glibc = crate::dlsym::glibc();
+    // SAFETY: RTLD_NEXT lookups of NUL-terminated names, from this library.
+    HipApi::resolve(|name| unsafe { glibc(libc::RTLD_NEXT, name.as_ptr()) })
 }
 
 /// A hooked call as the caller made it.
@@ -105,26 +123,21 @@ fn intercept_on(
     asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
     if t.inside() {
-        return forward_bare(asked);
+        return forward_bare(call.ret, asked);
     }
     let _inside = t.enter();
-    let Ok(shim) = catch_unwind(state::shim) else {
-        return forward_bare(asked);
+    let Ok(global) = catch_unwind(state::global) else {
+        return forward_bare(call.ret, asked);
     };
-    let Some(rt) = shim.runtime else {
-        let _ = catch_unwind(|| missing(call.hook, "no HIP runtime was found"));
-        return error::SHARED_OBJECT_SYMBOL_NOT_FOUND;
+    let Ok(Some(binding)) = catch_unwind(|| binding::for_caller(call.ret, global.config)) else {
+        return forward_bare(call.ret, asked);
     };
-    let api = &rt.api;
-    let facts = CallFacts {
-        shim,
-        ret: call.ret,
-    };
+    let api = &binding.api;
+    let facts = CallFacts { global, binding };
     let decision = catch_unwind(AssertUnwindSafe(|| {
-        policy::decide(call.hook, call.flags, &shim.rules, &facts)
+        policy::decide(call.hook, call.flags, &global.rules, &facts)
     }))
     .unwrap_or(Decision::Unchanged);
-
     // From here to the bookkeeping: runtime calls and plain comparisons only.
     let mut fallback = false;
     let mut lacks = false;
@@ -151,7 +164,7 @@ fn intercept_on(
 
     let _ = catch_unwind(AssertUnwindSafe(|| {
         after(t, call, decision, rc, fallback, lacks);
-        crate::report::after_call(shim);
+        crate::report::after_call(global, binding);
     }));
     rc
 }
@@ -196,7 +209,7 @@ fn after(
             "{} size={size} flags={flags:#x} -> {} caller={} rc={rc}{}{}",
             hook.name(),
             describe(fw),
-            crate::caller::object_name(ret),
+            rmcp_sys::locate::object_of(ret).map_or_else(|| "?".to_string(), |(_, p)| p),
             if fallback {
                 " (fell back to the caller's call)"
             } else {
@@ -234,9 +247,10 @@ fn missing(hook: Hook, why: &str) {
     }
 }
 
-/// After a successful hipGetProcAddress for a hooked name that returned the runtime's own
-/// function, hand the caller the shim's function instead. `own` gives the shim's address
-/// for a hook.
+/// After a successful hipGetProcAddress for a hooked name that returned a runtime's own
+/// function, hand the caller the shim's function instead, and make the caller's calls
+/// through it reach the function the runtime gave (`binding::record`). `ret` names the
+/// caller.
 ///
 /// # Safety
 /// `symbol` is null or a NUL-terminated string; `pfn` is null or valid for reads and
@@ -244,16 +258,15 @@ fn missing(hook: Hook, why: &str) {
 pub(crate) unsafe fn substitute_proc_address(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
-    own: fn(Hook) -> usize,
+    ret: usize,
 ) {
     if symbol.is_null() || pfn.is_null() {
         return;
     }
-    let Some(shim) = state::shim_if_built() else {
+    let Some(global) = state::global_if_built() else {
         return;
     };
-    let Some(rt) = shim.runtime else { return };
-    if !policy::substitute_proc_address(shim.rules.mode) {
+    if !policy::substitute_proc_address(global.rules.mode) {
         return;
     }
     // SAFETY: per this function's contract.
@@ -261,11 +274,14 @@ pub(crate) unsafe fn substitute_proc_address(
     let Some(hook) = Hook::from_name(name) else {
         return;
     };
-    if got.is_null() || rt.api.address_of(hook.name()) != Some(got as usize) {
+    if got.is_null() || !binding::is_runtime_function(got as usize) {
+        return;
+    }
+    if !binding::record(ret, hook, got as usize) {
         return;
     }
     // SAFETY: per this function's contract; the runtime succeeded and wrote `*pfn`.
-    unsafe { *pfn = own(hook) as *mut c_void };
+    unsafe { *pfn = crate::exports::own_address(hook) as *mut c_void };
     tracing::debug!(
         "hipGetProcAddress({}): handing back rmcp's function",
         hook.name()

@@ -8,10 +8,12 @@
 //! (pure: configuration, classification, policy, the hook registry); what it is is here:
 //! - `exports`: the exported trampolines, one per hooked function, and `dlsym`;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
+//! - `binding`: where each caller's calls go (the function it would have reached without
+//!   the shim), and whether it is exempt (RMCP_EXEMPT);
+//! - `copies`: the runtime copies calls reach, with each one's version and devices;
 //! - `dlsym`: the interposed lookup, for callers that look HIP up on a handle;
-//! - `state`: the lazy stages (configuration, runtime, device picture);
-//! - `devices`: the runtime's answers about its devices, over FFI;
-//! - `caller`: who called (RMCP_EXEMPT);
+//! - `state`: the shared lazy stages (configuration, device picture);
+//! - `devices`: a runtime's answers about its devices, over FFI;
 //! - `stats`: the per-hook counters; `report`: the banner and the exit report;
 //! - `log`: the shim's own log writer; `thread`: per-thread state; `once`: a fork-safe
 //!   once-cell.
@@ -22,7 +24,8 @@
 //! The crate is also built as an rlib, only because cargo builds a library's cdylib for
 //! integration tests and dependents when it has an rlib as well; the rlib exposes nothing.
 
-mod caller;
+mod binding;
+mod copies;
 mod devices;
 mod dlsym;
 mod exports;

@@ -60,14 +60,32 @@ impl<T> ForkOnce<T> {
         }
     }
 
+    /// Like `get_or_init`, but returns None instead of waiting when another thread of this
+    /// process is building the value.
+    pub(crate) fn get_or_init_unless_busy(&self, f: impl FnOnce() -> T) -> Option<&T> {
+        match self.get() {
+            Some(v) => Some(v),
+            None => self.init_or_give_up(f, false),
+        }
+    }
+
     #[cold]
     fn init(&self, f: impl FnOnce() -> T) -> &T {
+        match self.init_or_give_up(f, true) {
+            Some(v) => v,
+            None => unreachable!("init_or_give_up waits when asked to"),
+        }
+    }
+
+    /// Builds the value, or waits for the thread building it (`wait`), or gives up (None).
+    #[cold]
+    fn init_or_give_up(&self, f: impl FnOnce() -> T, wait: bool) -> Option<&T> {
         let me = building(std::process::id());
         let mut f = Some(f);
         loop {
             let s = self.state.load(Ordering::Acquire);
             if s == DONE {
-                return self.get().expect("DONE");
+                return self.get();
             }
             // Empty, or being built by a thread of another process (our parent, before it
             // forked): build it here.
@@ -92,7 +110,10 @@ impl<T> ForkOnce<T> {
                 unsafe { (*self.value.get()).write(v) };
                 std::mem::forget(reset);
                 self.state.store(DONE, Ordering::Release);
-                return self.get().expect("DONE");
+                return self.get();
+            }
+            if !wait {
+                return None;
             }
             // Another thread of this process is building: wait for it.
             std::thread::sleep(std::time::Duration::from_micros(50));

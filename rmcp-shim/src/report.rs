@@ -10,12 +10,18 @@ use serde::Serialize;
 use rmcp_core::config::{Config, Mode};
 use rmcp_core::registry::HOOKS;
 
-use crate::state::{Shim, shim_if_built};
+use crate::binding::Binding;
+use crate::copies::{self, Copy};
+use crate::state::{Global, global_if_built};
 use crate::stats::{self, Counts, counts};
 
+/// A runtime copy calls reached.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct RuntimeReport {
+    /// The name the loader has for it (as it was opened).
     pub(crate) path: Option<String>,
+    /// The file it is, symbolic links resolved.
+    pub(crate) file: Option<String>,
     pub(crate) version: Option<i32>,
 }
 
@@ -33,7 +39,11 @@ pub(crate) struct Report {
     pub(crate) rmcp: &'static str,
     pub(crate) pid: u32,
     pub(crate) mode: &'static str,
+    /// The first runtime copy calls reached.
     pub(crate) runtime: RuntimeReport,
+    /// Every runtime copy calls reached, in the order they were first reached.
+    pub(crate) runtimes: Vec<RuntimeReport>,
+    /// The first copy's devices, if they were listed.
     pub(crate) devices: Vec<DeviceReport>,
     pub(crate) calls: BTreeMap<&'static str, Counts>,
 }
@@ -41,14 +51,19 @@ pub(crate) struct Report {
 impl Report {
     pub(crate) fn new(
         mode: &'static str,
-        runtime: RuntimeReport,
+        runtimes: Vec<RuntimeReport>,
         devices: Vec<DeviceReport>,
     ) -> Report {
         Report {
             rmcp: env!("CARGO_PKG_VERSION"),
             pid: std::process::id(),
             mode,
-            runtime,
+            runtime: runtimes.first().cloned().unwrap_or(RuntimeReport {
+                path: None,
+                file: None,
+                version: None,
+            }),
+            runtimes,
             devices,
             calls: HOOKS.iter().map(|(h, name)| (*name, counts(*h))).collect(),
         }
@@ -88,75 +103,93 @@ impl Report {
     }
 }
 
-impl Shim {
-    fn report(&self) -> Report {
-        Report::new(
-            self.config.mode.as_str(),
-            RuntimeReport {
-                path: self.runtime.map(|rt| rt.path.clone()),
-                version: self.version_if_known(),
-            },
-            self.devices_if_listed()
-                .iter()
-                .map(|d| DeviceReport {
-                    ordinal: d.ordinal,
-                    gfx: d.gfx.to_string(),
-                    pci: d.pci.map_or_else(|| "unknown".into(), |p| p.to_string()),
-                    affected: d.affected,
-                })
-                .collect(),
-        )
-    }
-
-    /// The banner or the stats report will want the version and the devices.
-    fn wants_details(&self) -> bool {
-        self.config.stats
-            || self.config.stats_file.is_some()
-            || tracing::enabled!(tracing::Level::INFO)
+fn runtime_report(c: &Copy) -> RuntimeReport {
+    RuntimeReport {
+        path: Some(c.name.clone()),
+        file: Some(c.path.clone()),
+        version: c.version_if_known(),
     }
 }
 
-static DETAILS: AtomicBool = AtomicBool::new(false);
+fn device_reports(c: Option<&Copy>) -> Vec<DeviceReport> {
+    c.map_or(&[][..], Copy::devices_if_listed)
+        .iter()
+        .map(|d| DeviceReport {
+            ordinal: d.ordinal,
+            gfx: d.gfx.to_string(),
+            pci: d.pci.map_or_else(|| "unknown".into(), |p| p.to_string()),
+            affected: d.affected,
+        })
+        .collect()
+}
 
-/// Called after each forwarded call: the first time, if the banner or the stats report
-/// want them, asks the runtime for its version and devices and logs the banner.
+fn report(g: &Global) -> Report {
+    Report::new(
+        g.config.mode.as_str(),
+        copies::all().map(runtime_report).collect(),
+        device_reports(copies::all().next()),
+    )
+}
+
+/// The banner or the stats report will want the version and the devices.
+fn wants_details(g: &Global) -> bool {
+    g.config.stats || g.config.stats_file.is_some() || tracing::enabled!(tracing::Level::INFO)
+}
+
+/// Called after each forwarded call: the first time a runtime copy is reached, if the
+/// banner or the stats report want them, asks it for its version and devices and logs the
+/// banner for it.
 #[inline(always)]
-pub(crate) fn after_call(shim: &Shim) {
-    if !DETAILS.load(Ordering::Relaxed) {
-        first_details(shim);
+pub(crate) fn after_call(g: &Global, b: &Binding) {
+    if let Some(c) = b.copy {
+        if !c.announced.load(Ordering::Relaxed) {
+            first_details(g, c);
+        }
     }
 }
 
 #[cold]
-fn first_details(shim: &Shim) {
-    if DETAILS.swap(true, Ordering::Relaxed) || !shim.wants_details() {
+fn first_details(g: &Global, c: &Copy) {
+    if c.announced.swap(true, Ordering::Relaxed) || !wants_details(g) {
         return;
     }
-    shim.version();
-    if shim.config.mode != Mode::Off {
-        shim.devices();
+    c.version();
+    if g.config.mode != Mode::Off {
+        c.devices(g);
     }
-    banner(shim);
+    banner(g, c);
 }
 
-fn banner(shim: &Shim) {
-    let rt = shim.runtime.map_or_else(
-        || "none".to_string(),
-        |rt| format!("{} ({})", rt.path, rt.source.as_str()),
-    );
-    let version = shim
+fn banner(g: &Global, c: &Copy) {
+    let version = c
         .version()
         .map_or_else(|| "unknown".to_string(), |v| v.to_string());
+    let host = match g.classes {
+        rmcp_core::classify::Classes::Uniform(v) => v,
+        rmcp_core::classify::Classes::Mixed => c.host_affected(g),
+    };
+    let file = if c.path == c.name {
+        String::new()
+    } else {
+        format!(" (file {})", c.path)
+    };
     tracing::info!(
-        "mode {}, runtime {rt}, hipRuntimeGetVersion {version}, host allocations {}",
-        shim.config.mode.as_str(),
-        if shim.host_affected {
+        "mode {}, runtime {}{file}, hipRuntimeGetVersion {version}, host allocations {}",
+        g.config.mode.as_str(),
+        c.name,
+        if g.config.mode == Mode::DryRun {
+            if host {
+                "would be rewritten"
+            } else {
+                "unchanged"
+            }
+        } else if host && g.config.mode != Mode::Off {
             "rewritten"
         } else {
             "unchanged"
         },
     );
-    for d in shim.devices_if_listed() {
+    for d in c.devices_if_listed() {
         tracing::info!(
             "device {}: {} at {}, {}",
             d.ordinal,
@@ -208,22 +241,28 @@ fn stats_path(template: &std::path::Path, pid: u32) -> std::path::PathBuf {
 }
 
 fn write_report() {
-    let Some(shim) = shim_if_built() else {
+    let Some(g) = global_if_built() else {
         return;
     };
-    let report = shim.report();
+    let report = report(g);
     let stderr = crate::log::FdWriter(libc::STDERR_FILENO);
-    if shim.config.stats {
+    if g.config.stats {
         let _ = std::io::Write::write_all(&mut stderr.clone(), report.human().as_bytes());
     }
-    if let Some(template) = &shim.config.stats_file {
+    if let Some(template) = &g.config.stats_file {
         let path = stats_path(template, report.pid);
         let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
         if let Err(e) = std::fs::write(&path, &json) {
-            tracing::warn!(
-                "RMCP_STATS_FILE {}: {e}; writing the report to stderr instead",
-                path.display()
-            );
+            // Written directly, in the logger's format: at exit the logger's thread-local
+            // state may already be destroyed, and that must not cost the report.
+            if g.config.log >= rmcp_core::config::LogLevel::Warn {
+                let line = format!(
+                    "rmcp[{}] warn: RMCP_STATS_FILE {}: {e}; writing the report to stderr instead\n",
+                    report.pid,
+                    path.display()
+                );
+                let _ = std::io::Write::write_all(&mut stderr.clone(), line.as_bytes());
+            }
             let _ = std::io::Write::write_all(&mut stderr.clone(), json.as_bytes());
         }
     }

@@ -1,45 +1,43 @@
-//! The shim's state, built on the first hooked call and never before: the library's
+//! The shim's shared state, built on the first hooked call and never before: the library's
 //! constructor does nothing, so a process that never calls HIP pays nothing.
 //!
-//! Three stages, each built once: the configuration (environment, logging), the runtime
-//! (locating the mapped libamdhip64; no HIP call), and the device picture (the KFD
-//! topology, classified by `rmcp_core::classify`). A hook re-entered while a later stage is
-//! being built only needs the earlier ones.
+//! Two stages, each built once and safe to wait for, because building them takes no lock
+//! the loader holds and calls no HIP function: the configuration (environment, logging)
+//! and the device picture ([`Global`]: the KFD topology, classified by
+//! `rmcp_core::classify`). What needs the loader or the runtime (where a caller's calls go,
+//! each runtime copy's version and devices) is `binding`'s and `copies`'s, built by the
+//! thread that needs it and never waited for: a thread that holds the loader's lock (inside
+//! dlopen, running a constructor that allocates) must never wait for one that wants it.
 //!
-//! The shim asks the runtime nothing before the application's first call reaches it, unless
+//! The shim asks a runtime nothing before the application's first call reaches it, unless
 //! the decision needs the answer: the HIP ordinals are mapped to KFD nodes (by PCI address)
-//! only on a mixed machine, and the runtime's version only for a hipHostAlloc call. Some
+//! only on a mixed machine, and a runtime's version only for a hipHostAlloc call. Some
 //! runtimes answer a process's first call differently from later ones (5.7.1 without a GPU:
 //! 101, then 100), so an early query could change what the application sees. The banner and
 //! the stats report, which want both, ask after the first call has been forwarded
 //! (`report::after_call`).
 
-use rmcp_core::classify::{self, Classes, Device, DeviceClass};
+use rmcp_core::classify::{self, Classes};
 use rmcp_core::config::{Config, Mode};
-use rmcp_core::policy::{self, Rules};
+use rmcp_core::policy::Rules;
 use rmcp_core::topology::Topology;
 use rmcp_sys::locate::{self, Runtime};
 
-use crate::devices;
 use crate::once::ForkOnce;
 
-pub(crate) struct Shim {
+/// What every call's decision shares.
+pub(crate) struct Global {
     pub(crate) config: &'static Config,
-    pub(crate) runtime: Option<&'static Runtime>,
     pub(crate) rules: Rules,
-    pub(crate) host_affected: bool,
-    pub(crate) device_class: DeviceClass,
-    /// None while unknown (off mode, or no readable topology).
-    topology: Option<Topology>,
-    /// hipRuntimeGetVersion, asked once when first needed.
-    version: ForkOnce<Option<i32>>,
-    /// The HIP ordinals, listed once when first needed (at build on a mixed machine).
-    devices: ForkOnce<Vec<Device>>,
+    /// What the topology says; `Mixed` sends the question to each copy's devices.
+    pub(crate) classes: Classes,
+    /// None in off mode, or with no readable topology.
+    pub(crate) topology: Option<Topology>,
 }
 
 static CONFIG: ForkOnce<Config> = ForkOnce::new();
-static RUNTIME: ForkOnce<Option<Runtime>> = ForkOnce::new();
-static SHIM: ForkOnce<Shim> = ForkOnce::new();
+static GLOBAL: ForkOnce<Global> = ForkOnce::new();
+static LOCATED: ForkOnce<Option<Runtime>> = ForkOnce::new();
 
 /// True when the process runs in secure-execution mode (setuid, setgid, capabilities).
 fn secure_execution() -> bool {
@@ -51,6 +49,10 @@ fn secure_execution() -> bool {
 /// The configuration; sets up logging the first time.
 pub(crate) fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
+        // The shim's panics are caught where they happen and the call forwarded; the
+        // library's own copy of std must not print them into the program's stderr. (The
+        // hook is this library's std's, not the program's.)
+        std::panic::set_hook(Box::new(|_| {}));
         let cfg = Config::from_env(secure_execution());
         let log_warning = crate::log::init(&cfg);
         for w in cfg.warnings.iter().chain(log_warning.iter()) {
@@ -60,85 +62,42 @@ pub(crate) fn config() -> &'static Config {
     })
 }
 
-/// Base address of this library, so the locator never takes it for the runtime.
-fn own_base() -> usize {
-    locate::object_of(own_base as *const () as usize).map_or(0, |(base, _)| base)
+/// The shared state, built on first use.
+pub(crate) fn global() -> &'static Global {
+    GLOBAL.get_or_init(build)
 }
 
-/// The runtime calls are forwarded to, found once.
-pub(crate) fn runtime() -> Option<&'static Runtime> {
-    RUNTIME
-        .get_or_init(|| {
-            let cfg = config();
-            let req = locate::Request {
-                library: cfg.hip_library.clone(),
-                exclude_base: own_base(),
-                mapped_only: false,
-            };
-            match locate::locate(&req) {
-                Ok(rt) => {
-                    if rt.mapped.len() > 1 {
-                        tracing::warn!(
-                            "{} copies of the HIP runtime are mapped in this process ({}); using the first, {}",
-                            rt.mapped.len(),
-                            rt.mapped.join(", "),
-                            rt.path
-                        );
-                    }
-                    Some(rt)
-                }
-                Err(e) => {
-                    tracing::error!("{e}; HIP calls return hipErrorSharedObjectSymbolNotFound");
-                    None
-                }
-            }
-        })
-        .as_ref()
+/// The shared state if built (for the exit report).
+pub(crate) fn global_if_built() -> Option<&'static Global> {
+    GLOBAL.get()
 }
 
-/// The runtime if it has been found already, without looking.
-pub(crate) fn runtime_if_found() -> Option<&'static Runtime> {
-    RUNTIME.get().and_then(Option::as_ref)
-}
-
-/// The whole state, built on first use.
-pub(crate) fn shim() -> &'static Shim {
-    SHIM.get_or_init(build)
-}
-
-/// The state if built (for the exit report and proc-address substitution).
-pub(crate) fn shim_if_built() -> Option<&'static Shim> {
-    SHIM.get()
-}
-
-fn build() -> Shim {
+fn build() -> Global {
     let config = config();
-    let runtime = runtime();
-    let mut shim = Shim {
+    let topology = if config.mode == Mode::Off {
+        None
+    } else {
+        read_topology(config)
+    };
+    let classes = if config.mode == Mode::Off {
+        Classes::Uniform(false)
+    } else {
+        classify::classify(topology.as_ref(), &config.targets, config.mode)
+    };
+    crate::report::install_exit_hooks(config);
+    Global {
         config,
-        runtime,
         rules: Rules {
             mode: config.mode,
             finegrained: config.finegrained,
         },
-        host_affected: false,
-        device_class: DeviceClass::All(false),
-        topology: None,
-        version: ForkOnce::new(),
-        devices: ForkOnce::new(),
-    };
-    if config.mode != Mode::Off {
-        classify_devices(&mut shim);
+        classes,
+        topology,
     }
-    crate::report::install_exit_hooks(config);
-    shim
 }
 
-/// Reads the topology and decides which allocations are rewritten. Only a machine whose
-/// GPUs are partly affected needs the HIP ordinals, and only then are they listed now.
-fn classify_devices(shim: &mut Shim) {
-    let cfg = shim.config;
-    shim.topology = match Topology::read_gpus(&cfg.sysfs_root) {
+fn read_topology(cfg: &Config) -> Option<Topology> {
+    match Topology::read_gpus(&cfg.sysfs_root) {
         Ok(t) => {
             for p in &t.problems {
                 tracing::debug!("KFD topology: {p}");
@@ -156,70 +115,33 @@ fn classify_devices(shim: &mut Shim) {
             );
             None
         }
-    };
-    match classify::classify(shim.topology.as_ref(), &cfg.targets, cfg.mode) {
-        Classes::Uniform(affected) => {
-            shim.host_affected = affected;
-            shim.device_class = DeviceClass::All(affected);
-        }
-        Classes::Mixed => {
-            let (host, device) = classify::by_ordinal(shim.devices());
-            shim.host_affected = host;
-            shim.device_class = device;
-        }
     }
 }
 
-impl Shim {
-    /// hipRuntimeGetVersion, asked once.
-    pub(crate) fn version(&self) -> Option<i32> {
-        *self.version.get_or_init(|| {
-            self.runtime
-                .and_then(|rt| devices::runtime_version(&rt.api))
+/// Base address of this library, so the locator never takes it for the runtime.
+fn own_base() -> usize {
+    locate::object_of(own_base as *const () as usize).map_or(0, |(base, _)| base)
+}
+
+/// The runtime for callers with none in their scopes: the first mapped copy, else
+/// RMCP_HIP_LIBRARY, else the sonames, loaded. Found once; None while another thread is
+/// looking (loading takes the loader's lock, which this thread may hold).
+pub(crate) fn located_runtime() -> Option<&'static Runtime> {
+    LOCATED
+        .get_or_init_unless_busy(|| {
+            let cfg = config();
+            let req = locate::Request {
+                library: cfg.hip_library.clone(),
+                exclude_base: own_base(),
+                mapped_only: false,
+            };
+            match locate::locate(&req) {
+                Ok(rt) => Some(rt),
+                Err(e) => {
+                    tracing::error!("{e}; HIP calls return hipErrorSharedObjectSymbolNotFound");
+                    None
+                }
+            }
         })
-    }
-
-    /// The version if it was asked already, without asking.
-    pub(crate) fn version_if_known(&self) -> Option<i32> {
-        self.version.get().copied().flatten()
-    }
-
-    /// Whether the runtime's hipHostAlloc allocates host memory.
-    pub(crate) fn host_alloc_is_host(&self) -> bool {
-        self.version().is_some_and(policy::host_alloc_is_host)
-    }
-
-    /// The HIP ordinals with their PCI address and KFD classification, listed once.
-    pub(crate) fn devices(&self) -> &[Device] {
-        self.devices.get_or_init(|| {
-            let ordinals = self
-                .runtime
-                .map(|rt| devices::ordinals(&rt.api))
-                .unwrap_or_default();
-            classify::devices(
-                self.topology.as_ref(),
-                &ordinals,
-                &self.config.targets,
-                self.config.mode,
-            )
-        })
-    }
-
-    /// The devices if they were listed already, without listing them.
-    pub(crate) fn devices_if_listed(&self) -> &[Device] {
-        self.devices.get().map_or(&[][..], Vec::as_slice)
-    }
-
-    /// Is the calling thread's current device affected?
-    pub(crate) fn current_device_affected(&self) -> bool {
-        match &self.device_class {
-            DeviceClass::All(v) => *v,
-            DeviceClass::PerOrdinal(table) => self
-                .runtime
-                .and_then(|rt| devices::current(&rt.api))
-                .and_then(|i| table.get(i))
-                .copied()
-                .unwrap_or(false),
-        }
-    }
+        .and_then(Option::as_ref)
 }

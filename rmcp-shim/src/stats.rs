@@ -235,14 +235,7 @@ mod tests {
                 bytes: 10_000 * n
             }
         );
-        let report = crate::report::Report::new(
-            "auto",
-            crate::report::RuntimeReport {
-                path: None,
-                version: None,
-            },
-            vec![],
-        );
+        let report = crate::report::Report::new("auto", vec![], vec![]);
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["calls"]["hipMallocFromPoolAsync"]["calls"], 1000 * n);
         assert!(report.human().contains("hipMallocFromPoolAsync"));

@@ -139,6 +139,7 @@ fn trace_with_eight_threads_one_whole_line_per_call() {
     // `FUNC size=.. flags=.. -> ... caller=.. rc=..` (debug, rewritten).
     let mut per_hook: BTreeMap<String, u64> = BTreeMap::new();
     let mut substituted = 0;
+    let mut dlsym_lines = 0;
     let mut other = Vec::new();
     for l in lines.values().flatten() {
         let msg = l.split_once(": ").unwrap().1;
@@ -147,6 +148,9 @@ fn trace_with_eight_threads_one_whole_line_per_call() {
             *per_hook.entry(func.to_string()).or_default() += 1;
         } else if msg.starts_with("hipGetProcAddress(") && msg.contains("handing back") {
             substituted += 1;
+        } else if msg.starts_with("dlsym(") && msg.contains("handing back") {
+            // The client's three RTLD_DEFAULT lookups of hooked names, before its threads.
+            dlsym_lines += 1;
         } else {
             other.push(*l);
         }
@@ -169,6 +173,7 @@ fn trace_with_eight_threads_one_whole_line_per_call() {
         substituted, got,
         "one debug line per substituted hipGetProcAddress"
     );
+    assert_eq!(dlsym_lines, 3, "one debug line per substituted lookup");
     // The rest: the banner (info) and one fallback warning per function that fell back.
     let warns: Vec<_> = other.iter().filter(|l| l.contains(" warn: ")).collect();
     assert_eq!(warns.len(), 4, "{warns:#?}");

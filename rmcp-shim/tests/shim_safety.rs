@@ -497,14 +497,16 @@ fn the_applications_first_call_reaches_the_runtime_before_any_shim_query() {
         .args(["hipHostAlloc:64:2"])
         .run();
     assert_eq!(funcs(&out), ["hipRuntimeGetVersion", "hipHostMalloc"]);
+    // (hipHostMalloc: its decision needs to know whether any of the process's GPUs is
+    // affected; hipMalloc's needs nothing, and asks nothing.)
     let out = Run::probe(6)
         .fixture("mixed")
         .env("FAKEHIP_DEVICES", "0000:03:00.0,0000:0a:00.0")
         .env_remove("RMCP_STATS_FILE")
-        .args(["hipMalloc:64"])
+        .args(["hipHostMalloc:64:0"])
         .run();
     let f = funcs(&out);
-    assert_eq!(f.last().unwrap(), "hipMalloc");
+    assert_eq!(f.last().unwrap(), "hipHostMalloc");
     assert!(
         f[..f.len() - 1]
             .iter()

@@ -168,6 +168,96 @@ pub fn object_of(addr: usize) -> Option<(usize, String)> {
     Some((info.dli_fbase as usize, name.to_string_lossy().into_owned()))
 }
 
+/// The loaded object that contains an address: its link map (glibc's `struct link_map`,
+/// which is also what `dlopen` returns for it), its load base and the name it was opened by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedObject {
+    pub link_map: usize,
+    pub base: usize,
+    pub name: String,
+}
+
+/// The object containing `addr` (`dladdr1` with `RTLD_DL_LINKMAP`). Takes the loader's lock;
+/// leaves a pending `dlerror()` message alone.
+pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 only reads `addr` as a number, fills `info` and, for RTLD_DL_LINKMAP,
+    // stores a `struct link_map *` in `map`; 0 means no object, and then neither is used.
+    let ok = unsafe {
+        libc::dladdr1(
+            addr as *const c_void,
+            &mut info,
+            &mut map as *mut *mut c_void,
+            RTLD_DL_LINKMAP,
+        )
+    };
+    if ok == 0 || map.is_null() {
+        return None;
+    }
+    let name = if info.dli_fname.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a non-null dli_fname is a NUL-terminated string owned by the loader.
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    Some(LoadedObject {
+        link_map: map as usize,
+        base: info.dli_fbase as usize,
+        name,
+    })
+}
+
+/// Runs `f` with a `dlsym` handle for `object`, taken with `dlopen(RTLD_NOLOAD)` (nothing is
+/// loaded) and released after `f`, so the object's lifetime stays the program's business. A
+/// link map from `dladdr1` is not itself a usable handle: glibc builds an object's search
+/// list only when it is dlopened. None if the name does not lead back to this very object
+/// (another namespace, or a name that now means another file). Clears a pending `dlerror()`
+/// message, as every dl* call that can fail does in glibc.
+pub fn with_handle<R>(object: &LoadedObject, f: impl FnOnce(*mut c_void) -> R) -> Option<R> {
+    let name = std::ffi::CString::new(object.name.as_str()).ok()?;
+    // The main program has no name: dlopen(NULL) is its handle.
+    let name_ptr = if object.name.is_empty() {
+        std::ptr::null()
+    } else {
+        name.as_ptr()
+    };
+    // SAFETY: RTLD_NOLOAD only takes a reference to an object already loaded; nothing is
+    // mapped and no initialiser runs. `name_ptr` is null or NUL-terminated.
+    let handle = unsafe { libc::dlopen(name_ptr, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return None;
+    }
+    let same = handle as usize == object.link_map;
+    let out = same.then(|| f(handle));
+    // SAFETY: `handle` came from the dlopen above; this drops only that reference.
+    unsafe { libc::dlclose(handle) };
+    out
+}
+
+/// `RTLD_DL_LINKMAP` (dlfcn.h), which the libc crate does not name.
+const RTLD_DL_LINKMAP: c_int = 2;
+
+/// The link-map namespace of a loaded object (`dlinfo(RTLD_DI_LMID)`): 0 is the base
+/// namespace, others come from `dlmopen`. Clears a pending `dlerror()` message, as every
+/// dl* call that can fail does in glibc.
+pub fn namespace_of(link_map: usize) -> Option<i64> {
+    let mut lmid: libc::Lmid_t = 0;
+    // SAFETY: `link_map` is a handle the loader gave out (dladdr1); dlinfo writes one
+    // Lmid_t for RTLD_DI_LMID.
+    let rc = unsafe {
+        libc::dlinfo(
+            link_map as *mut c_void,
+            libc::RTLD_DI_LMID,
+            &mut lmid as *mut libc::Lmid_t as *mut c_void,
+        )
+    };
+    (rc == 0).then_some(lmid as i64)
+}
+
 fn open(path: &str, flags: c_int) -> Result<Library, String> {
     // SAFETY: opening the HIP runtime runs its initialisers; that is what loading it means
     // and the process asked for HIP by calling a HIP function. With RTLD_NOLOAD nothing is

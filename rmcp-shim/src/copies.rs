@@ -1,0 +1,231 @@
+//! The HIP runtime copies the process's calls reach: each one's own functions, its version
+//! and its devices, which belong to the copy they came from (two copies may be different
+//! ROCm releases). Found when a binding first leads to them, kept in a fixed lock-free
+//! table; each fact is computed by the first thread that needs it and published with a
+//! compare-exchange, never waited for (a runtime query can take the loader's lock, which the
+//! waiting thread might hold).
+
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
+
+use rmcp_core::classify::{self, Device, DeviceClass};
+use rmcp_core::policy;
+use rmcp_sys::HipApi;
+use rmcp_sys::locate::{self, LoadedObject};
+
+use crate::devices;
+use crate::state::Global;
+
+/// One runtime copy.
+pub(crate) struct Copy {
+    /// Load base: the key.
+    pub(crate) base: usize,
+    /// The name it was opened by (the loader's).
+    pub(crate) name: String,
+    /// The file it is (symbolic links resolved).
+    pub(crate) path: String,
+    /// Its own functions (not an interposer's).
+    pub(crate) api: HipApi,
+    /// hipRuntimeGetVersion: `UNASKED`, `NONE` (no answer) or the version.
+    version: AtomicI64,
+    /// The HIP ordinals with their classification, once listed.
+    devices: AtomicPtr<Listed>,
+    /// The banner for this copy was logged.
+    pub(crate) announced: AtomicBool,
+}
+
+/// The devices of a copy and what they mean on a machine whose GPUs are partly affected.
+struct Listed {
+    devices: Vec<Device>,
+    host: bool,
+    class: DeviceClass,
+}
+
+const UNASKED: i64 = i64::MIN;
+const NONE: i64 = i64::MIN + 1;
+
+const COPY_SLOTS: usize = 16;
+static COPIES: [AtomicPtr<Copy>; COPY_SLOTS] = [const { AtomicPtr::new(null_mut()) }; COPY_SLOTS];
+
+/// The copies found so far, in the order they were found.
+pub(crate) fn all() -> impl Iterator<Item = &'static Copy> {
+    COPIES.iter().map_while(|c| {
+        let p = c.load(Ordering::Acquire);
+        // SAFETY: published copies are leaked boxes, never freed or changed (but for their
+        // atomics).
+        (!p.is_null()).then(|| unsafe { &*p })
+    })
+}
+
+/// The copy a function belongs to, if it is a runtime's.
+pub(crate) fn of_function(addr: usize) -> Option<&'static Copy> {
+    let object = locate::loaded_object(addr)?;
+    locate::is_runtime_file(&object.name).then_some(())?;
+    of_object(&object)
+}
+
+/// The first runtime copy mapped in the process (load order): the facts of a caller whose
+/// functions are an interposer's.
+pub(crate) fn first_mapped() -> Option<&'static Copy> {
+    let own = locate::loaded_object(first_mapped as *const () as usize).map_or(0, |o| o.base);
+    let first = locate::mapped_runtimes(own).into_iter().next()?;
+    // The runtime exports hipMalloc; its object is found from that address.
+    of_function(in_object(first.base)?)
+}
+
+/// The address of `hipMalloc` in the object loaded at `base`.
+fn in_object(base: usize) -> Option<usize> {
+    let object = locate::loaded_object(base)?;
+    let p = locate::with_handle(&object, |h| {
+        // SAFETY: `h` is a live dlopen handle; the name is NUL-terminated.
+        unsafe { crate::dlsym::glibc()(h, c"hipMalloc".as_ptr()) }
+    })?;
+    (!p.is_null()).then_some(p as usize)
+}
+
+fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
+    for slot in &COPIES {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            let mine = Box::into_raw(Box::new(new_copy(object)));
+            match slot.compare_exchange(null_mut(), mine, Ordering::AcqRel, Ordering::Acquire) {
+                // SAFETY: `mine` is a leaked box, published now and never freed.
+                Ok(_) => return Some(unsafe { &*mine }),
+                Err(theirs) => {
+                    // SAFETY: `mine` was never published; this thread owns it.
+                    drop(unsafe { Box::from_raw(mine) });
+                    // SAFETY: published copies are leaked boxes, never freed.
+                    let theirs = unsafe { &*theirs };
+                    if theirs.base == object.base {
+                        return Some(theirs);
+                    }
+                    continue;
+                }
+            }
+        }
+        // SAFETY: as above.
+        let c = unsafe { &*p };
+        if c.base == object.base {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn new_copy(object: &LoadedObject) -> Copy {
+    let glibc = crate::dlsym::glibc();
+    let api = locate::with_handle(object, |h| {
+        HipApi::resolve(|name| {
+            // SAFETY: `h` is a live dlopen handle; `name` is NUL-terminated. The copy's own
+            // search list starts with the copy.
+            unsafe { glibc(h, name.as_ptr()) }
+        })
+    })
+    .unwrap_or_default();
+    let path = std::fs::canonicalize(&object.name).map_or_else(
+        |_| object.name.clone(),
+        |p| p.to_string_lossy().into_owned(),
+    );
+    Copy {
+        base: object.base,
+        name: object.name.clone(),
+        path,
+        api,
+        version: AtomicI64::new(UNASKED),
+        devices: AtomicPtr::new(null_mut()),
+        announced: AtomicBool::new(false),
+    }
+}
+
+impl Copy {
+    /// hipRuntimeGetVersion, asked once (by whichever thread needs it first).
+    pub(crate) fn version(&self) -> Option<i32> {
+        let v = match self.version.load(Ordering::Acquire) {
+            UNASKED => {
+                let v = devices::runtime_version(&self.api).map_or(NONE, i64::from);
+                self.version.store(v, Ordering::Release);
+                v
+            }
+            v => v,
+        };
+        (v != NONE).then_some(v as i32)
+    }
+
+    /// The version if asked already, without asking.
+    pub(crate) fn version_if_known(&self) -> Option<i32> {
+        match self.version.load(Ordering::Acquire) {
+            UNASKED | NONE => None,
+            v => Some(v as i32),
+        }
+    }
+
+    /// Whether this copy's hipHostAlloc allocates host memory.
+    pub(crate) fn host_alloc_is_host(&self) -> bool {
+        self.version().is_some_and(policy::host_alloc_is_host)
+    }
+
+    /// The HIP ordinals with their PCI address and KFD classification, listed once.
+    pub(crate) fn devices(&self, g: &Global) -> &[Device] {
+        &self.listed(g).devices
+    }
+
+    fn listed(&self, g: &Global) -> &Listed {
+        let p = self.devices.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: published lists are leaked boxes, never freed or changed.
+            return unsafe { &*p };
+        }
+        let devices = classify::devices(
+            g.topology.as_ref(),
+            &devices::ordinals(&self.api),
+            &g.config.targets,
+            g.config.mode,
+        );
+        let (host, class) = classify::by_ordinal(&devices);
+        let mine = Box::into_raw(Box::new(Listed {
+            devices,
+            host,
+            class,
+        }));
+        match self
+            .devices
+            .compare_exchange(null_mut(), mine, Ordering::AcqRel, Ordering::Acquire)
+        {
+            // SAFETY: `mine` is a leaked box, published now and never freed.
+            Ok(_) => unsafe { &*mine },
+            Err(theirs) => {
+                // SAFETY: `mine` was never published; this thread owns it.
+                drop(unsafe { Box::from_raw(mine) });
+                // SAFETY: as above.
+                unsafe { &*theirs }
+            }
+        }
+    }
+
+    /// The devices if listed already, without listing them.
+    pub(crate) fn devices_if_listed(&self) -> &[Device] {
+        let p = self.devices.load(Ordering::Acquire);
+        if p.is_null() {
+            &[]
+        } else {
+            // SAFETY: published lists are leaked boxes, never freed or changed.
+            unsafe { &(*p).devices }
+        }
+    }
+
+    /// On a machine whose GPUs are partly affected: host allocations are affected for this
+    /// copy's ordinals.
+    pub(crate) fn host_affected(&self, g: &Global) -> bool {
+        self.listed(g).host
+    }
+
+    /// Is the calling thread's current device (in this copy) affected?
+    pub(crate) fn current_device_affected(&self, g: &Global) -> bool {
+        match &self.listed(g).class {
+            DeviceClass::All(v) => *v,
+            DeviceClass::PerOrdinal(table) => devices::current(&self.api)
+                .and_then(|i| table.get(i).copied())
+                .unwrap_or(false),
+        }
+    }
+}
