@@ -22,6 +22,8 @@
  *   device:N                     hipSetDevice(N)
  *   rtldnext                     is dlsym(RTLD_NEXT, "hipHostMalloc") non-NULL?
  *   maps                         libamdhip64* files mapped in this process
+ *   dlopen-fail                  a dlopen that fails, leaving a dlerror() message pending
+ *   dlerror                      print "dlerror=MESSAGE" or "dlerror=none" (and clear it)
  *   threads:N:FUNC[:...]         run a FUNC step in N threads at once
  * Exit status: 0, or 2 if an argument cannot be parsed (nothing is run then).
  */
@@ -77,7 +79,17 @@ static const char *const func_names[F_COUNT] = {
     "hipMallocAsync",   "hipMallocFromPoolAsync",
 };
 
-enum step_kind { S_CALL, S_ALL, S_PROCADDR, S_DEVICE, S_RTLDNEXT, S_MAPS, S_THREADS };
+enum step_kind {
+    S_CALL,
+    S_ALL,
+    S_PROCADDR,
+    S_DEVICE,
+    S_RTLDNEXT,
+    S_MAPS,
+    S_THREADS,
+    S_DLOPEN_FAIL,
+    S_DLERROR
+};
 
 struct call {
     int func;
@@ -180,6 +192,14 @@ static int parse_step(const char *arg, struct step *s)
     }
     if (strcmp(arg, "maps") == 0) {
         s->kind = S_MAPS;
+        return 0;
+    }
+    if (strcmp(arg, "dlopen-fail") == 0) {
+        s->kind = S_DLOPEN_FAIL;
+        return 0;
+    }
+    if (strcmp(arg, "dlerror") == 0) {
+        s->kind = S_DLERROR;
         return 0;
     }
     if (strncmp(arg, "procaddr:", 9) == 0) {
@@ -519,6 +539,16 @@ int probe_main(int argc, char **argv)
         case S_MAPS:
             do_maps();
             break;
+        case S_DLOPEN_FAIL:
+            if (dlopen("/nonexistent/rmcp-probe-missing.so", RTLD_NOW) != NULL)
+                printf("dlopen-fail: it loaded\n");
+            break;
+        case S_DLERROR: {
+            const char *e = dlerror();
+            printf("dlerror=%s\n", e ? e : "none");
+            fflush(stdout);
+            break;
+        }
         case S_THREADS:
             do_threads(&s->call, s->number);
             break;

@@ -157,6 +157,7 @@ fn main() {
 
     bench_client(&cc, &root_dir, &out);
     dlsym_clients(&cc, &root_dir, &out);
+    transparency_clients(&cc, &root_dir, &out);
     reliability_clients(&cc, &root_dir, &out);
 }
 
@@ -241,6 +242,50 @@ fn dlsym_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
         );
         println!("cargo:rustc-env=RMCP_SCOPE_LIB_{major}={}", lib.display());
     }
+}
+
+/// The other loading shapes of the transparency tests: `RMCP_TRACER` (libtracer.so, a HIP
+/// interposer), `RMCP_DLSYM_WRAPPER` (libdlsymwrap.so, a dlsym wrapper), `RMCP_AUDIT`
+/// (libaudit.so, an LD_AUDIT module) and `RMCP_PRESENCE` (an executable that asks whether
+/// HIP is there without using it).
+fn transparency_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
+    let src = |p: &str| root_dir.join(p).display().to_string();
+    for (name, source, var) in [
+        ("libtracer.so", "tests/c/tracer.c", "RMCP_TRACER"),
+        (
+            "libdlsymwrap.so",
+            "tests/c/dlsym_wrapper.c",
+            "RMCP_DLSYM_WRAPPER",
+        ),
+        ("libaudit.so", "tests/c/audit.c", "RMCP_AUDIT"),
+    ] {
+        rerun_if_changed(source);
+        let lib = out.join(name);
+        cc.run(
+            name,
+            &[
+                "-shared".into(),
+                "-fPIC".into(),
+                "-o".into(),
+                lib.display().to_string(),
+                src(source),
+                "-ldl".into(),
+            ],
+        );
+        println!("cargo:rustc-env={var}={}", lib.display());
+    }
+    rerun_if_changed("tests/c/presence.c");
+    let exe = out.join("presence");
+    cc.run(
+        "presence",
+        &[
+            "-o".into(),
+            exe.display().to_string(),
+            src("tests/c/presence.c"),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_PRESENCE={}", exe.display());
 }
 
 /// `RMCP_BENCH_CLIENT`: benches/bench_main.c, an executable (rpath $ORIGIN) linked to

@@ -166,10 +166,11 @@ fn without_shim(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usi
     let own = crate::exports::own_address(hook) as *mut c_void;
     let glibc = glibc();
     if handle == libc::RTLD_DEFAULT {
-        // The first definition in the global scope, as glibc finds it from here; if that is
-        // the shim's, the next one after it; if none, the caller's own dependency tree.
+        // The first definition in the global scope, as the next dlsym finds it (a wrapper
+        // after the shim sees the lookup); if that is the shim's, the next one after it; if
+        // none, the caller's own dependency tree.
         // SAFETY: a lookup of the caller's NUL-terminated name.
-        let first = unsafe { glibc(libc::RTLD_DEFAULT, symbol) };
+        let first = unsafe { next()(libc::RTLD_DEFAULT, symbol) };
         if first != own {
             return first;
         }

@@ -70,3 +70,24 @@ pub fn fork_client() -> PathBuf {
 pub fn bench_client() -> PathBuf {
     PathBuf::from(env!("RMCP_BENCH_CLIENT"))
 }
+
+/// tests/c/tracer.c: `libtracer.so`, a HIP tracer to preload (writes to $TRACER_LOG).
+pub fn tracer() -> PathBuf {
+    PathBuf::from(env!("RMCP_TRACER"))
+}
+
+/// tests/c/dlsym_wrapper.c: `libdlsymwrap.so`, a dlsym wrapper to preload (writes to
+/// $WRAPPER_LOG).
+pub fn dlsym_wrapper() -> PathBuf {
+    PathBuf::from(env!("RMCP_DLSYM_WRAPPER"))
+}
+
+/// tests/c/audit.c: `libaudit.so`, an LD_AUDIT module reporting who binds `cos`.
+pub fn audit_module() -> PathBuf {
+    PathBuf::from(env!("RMCP_AUDIT"))
+}
+
+/// tests/c/presence.c: asks whether HIP is there without using it.
+pub fn presence() -> PathBuf {
+    PathBuf::from(env!("RMCP_PRESENCE"))
+}
