@@ -3,6 +3,7 @@
 # a shared machine, the count repeats exactly for the same binaries and inputs.
 #
 #   benches/instructions.sh  (after `cargo build --release --workspace`; needs valgrind)
+#   RMCP_BENCH_SHIM=path/librmcp_shim.so benches/instructions.sh   (another build of the shim)
 #
 # Per call: the difference between 20000 and 10000 calls of the bench client's loop,
 # divided by 10000, with and without the shim (the fake runtime answers size 0 without
@@ -15,7 +16,7 @@ out=$(ls -td target/release/build/rmcp-testkit-*/out 2>/dev/null | head -1)
 [ -n "$out" ] || { echo "instructions.sh: run cargo build --release --workspace first" >&2; exit 2; }
 bench=$out/bench/rmcp_bench
 fake=$out/fake-hip-6
-shim=$PWD/target/release/librmcp_shim.so
+shim=${RMCP_BENCH_SHIM:-$PWD/target/release/librmcp_shim.so}
 [ -f "$shim" ] || shim=$PWD/target/release/deps/librmcp_shim.so
 
 run() { # preload fixture mode args...

@@ -234,30 +234,30 @@ macro_rules! config {
 
 config! {
     mode: Mode = "RMCP_MODE", default Mode::Auto, shown "auto",
-        help "What the shim does to allocations.";
+        help "What the shim does to allocations: `auto` rewrites for the affected GPUs, `force` treats every GPU as affected, `dry-run` decides, logs and counts but forwards every call unchanged, `off` forwards everything unchanged and only counts.";
     targets: Vec<Gfx> = "RMCP_TARGETS", default default_targets(), shown DEFAULT_TARGETS,
         help "The GPUs treated as affected.";
     finegrained: Finegrained = "RMCP_FINEGRAINED", default Finegrained::Coarsen,
         shown "coarsen",
-        help "What fine-grained VRAM requests become on affected GPUs.";
+        help "What `hipExtMallocWithFlags(.., hipDeviceMallocFinegrained)` becomes on affected GPUs: `coarsen` (coarse-grained VRAM) or `keep`.";
     exempt: Vec<String> = "RMCP_EXEMPT", default vec![DEFAULT_EXEMPT.to_owned()],
         shown DEFAULT_EXEMPT,
-        help "Callers whose library path contains one of these are left alone.";
+        help "Callers whose library path contains one of these are left alone (the caller is the object holding the return address); empty exempts nothing.";
     log: LogLevel = "RMCP_LOG", default LogLevel::Warn, shown "warn",
         help "How much the shim logs.";
     log_file: Option<PathBuf> = "RMCP_LOG_FILE", default None, shown "stderr",
-        help "Where the shim logs.";
+        help "Where the shim logs (appended to).";
     stats: bool = "RMCP_STATS", default false, shown "0",
-        help "Print the counters when the process exits.";
+        help "`1`: a summary of the counters on stderr at exit.";
     stats_file: Option<PathBuf> = "RMCP_STATS_FILE", default None, shown "none",
-        help "Write the counters as JSON at exit; %p becomes the process id.";
+        help "A JSON summary written at exit; `%p` becomes the process id.";
     hip_library: Option<PathBuf> = "RMCP_HIP_LIBRARY", default None, shown "none",
-        help "The runtime to load when none is mapped yet.";
+        help "The runtime to load for callers that have none in their scopes (README: How the runtime is found).";
     sysfs_root: PathBuf = "RMCP_SYSFS_ROOT", default DEFAULT_SYSFS_ROOT.into(),
         shown DEFAULT_SYSFS_ROOT,
-        help "The KFD topology to read.";
+        help "The KFD topology root.";
     hook_dlsym: bool = "RMCP_HOOK_DLSYM", default true, shown "1",
-        help "dlsym on a HIP runtime handle hands back the shim's functions.";
+        help "`1`: `dlsym` on a HIP runtime's handle hands back the shim's functions; `0`: lookups answer as glibc does.";
 }
 
 /// RDNA1 (gfx1010-gfx1013) and RDNA2 (gfx1030-gfx1036).
@@ -266,6 +266,20 @@ pub const DEFAULT_TARGETS: &str =
 /// RCCL needs coherent memory for correctness.
 pub const DEFAULT_EXEMPT: &str = "librccl";
 pub const DEFAULT_SYSFS_ROOT: &str = "/sys/class/kfd/kfd/topology";
+
+/// The variables as the README's table shows them: one row per variable, from the table
+/// above (a test keeps README.md equal to this).
+pub fn markdown_table() -> String {
+    let mut out =
+        String::from("| variable | what it does | values | default |\n|---|---|---|---|\n");
+    for v in VARIABLES {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | `{}` |\n",
+            v.name, v.help, v.accepted, v.default
+        ));
+    }
+    out
+}
 
 fn default_targets() -> Vec<Gfx> {
     parse_targets(DEFAULT_TARGETS).unwrap_or_default()
@@ -492,6 +506,24 @@ mod tests {
             }
             assert_eq!(c, Config::default(), "{}={}", v.name, v.default);
         }
+    }
+
+    #[test]
+    fn the_readme_shows_the_table() {
+        const START: &str = "<!-- variables: generated from rmcp_core::config::VARIABLES -->\n";
+        const END: &str = "<!-- /variables -->";
+        let readme = include_str!("../../README.md");
+        let start = readme.find(START).expect("README has the variables marker") + START.len();
+        let end = start
+            + readme[start..]
+                .find(END)
+                .expect("README has the end marker");
+        let want = markdown_table();
+        assert!(
+            readme[start..end] == want,
+            "README.md's variable table is not the table in rmcp-core/src/config.rs; \
+             put this between the markers:\n{want}"
+        );
     }
 
     #[test]
