@@ -274,6 +274,39 @@ fn transparency_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
         );
         println!("cargo:rustc-env={var}={}", lib.display());
     }
+    // The constructor-under-dlopen deadlock shape: an executable exporting its semaphore
+    // (-rdynamic) and a library linked to the .so.6 fake whose constructor allocates.
+    rerun_if_changed("tests/c/ctor_lib.c");
+    rerun_if_changed("tests/c/ctor_deadlock.c");
+    let fake6 = format!("-L{}", out.join("fake-hip-6").display());
+    let ctor = out.join("libctor.so");
+    cc.run(
+        "libctor.so",
+        &[
+            "-shared".into(),
+            "-fPIC".into(),
+            "-o".into(),
+            ctor.display().to_string(),
+            src("tests/c/ctor_lib.c"),
+            fake6.clone(),
+            "-lamdhip64".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_CTOR_LIB={}", ctor.display());
+    let deadlock = out.join("ctor_deadlock");
+    cc.run(
+        "ctor_deadlock",
+        &[
+            "-rdynamic".into(),
+            "-o".into(),
+            deadlock.display().to_string(),
+            src("tests/c/ctor_deadlock.c"),
+            fake6,
+            "-lamdhip64".into(),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_CTOR_DEADLOCK={}", deadlock.display());
     rerun_if_changed("tests/c/presence.c");
     let exe = out.join("presence");
     cc.run(

@@ -91,3 +91,14 @@ pub fn audit_module() -> PathBuf {
 pub fn presence() -> PathBuf {
     PathBuf::from(env!("RMCP_PRESENCE"))
 }
+
+/// tests/c/ctor_deadlock.c: thread A's first hooked call against a dlopen whose library
+/// constructor allocates (give it `ctor_lib()`); linked to .so.6.
+pub fn ctor_deadlock() -> PathBuf {
+    PathBuf::from(env!("RMCP_CTOR_DEADLOCK"))
+}
+
+/// tests/c/ctor_lib.c: `libctor.so`, whose constructor calls hipHostMalloc.
+pub fn ctor_lib() -> PathBuf {
+    PathBuf::from(env!("RMCP_CTOR_LIB"))
+}
