@@ -1,6 +1,14 @@
 //! Everything the library exports: one trampoline per row of the hook table
-//! (`rmcp_sys::hooked_functions!`) and `dlsym`. Nothing else leaves the library: the linker
-//! version script that `build.rs` writes lists exactly these names, from the same table.
+//! (`rmcp_sys::hooked_functions!`) and `dlsym`. Nothing else leaves the library.
+//!
+//! How the names get exported: rustc hides every symbol of a cdylib but its `#[no_mangle]`
+//! Rust items with a linker version script of its own, and GNU ld takes no second version
+//! script beside it ("anonymous version tag cannot be combined with other version tags";
+//! only rust-lld, rustc's default linker on x86-64 Linux since 1.90, merges two). So each
+//! exported name is first a `#[no_mangle]` placeholder function here, which puts it in
+//! rustc's script, and `build.rs` has the linker define the name as the trampoline's label
+//! (`--defsym NAME=rmcp_export_NAME`, from the same table), which replaces the placeholder.
+//! The placeholders are never called.
 //!
 //! Each hook export is a two-instruction trampoline written with `global_asm!`: it loads its
 //! own return address (the caller's next instruction, at `[rsp]` on entry) into the first
@@ -36,11 +44,38 @@ macro_rules! prefix {
     };
 }
 
-/// The exported name.
-macro_rules! export_symbol {
+/// The label the trampoline is written under. In the library, the linker makes the exported
+/// name an alias of it (`build.rs`, whose `--defsym` arguments use the same prefix); a
+/// unit-test executable exports nothing and defines the (prefixed) name itself.
+#[cfg(not(test))]
+macro_rules! export_label {
+    ($name:ident) => {
+        concat!("rmcp_export_", stringify!($name))
+    };
+}
+#[cfg(test)]
+macro_rules! export_label {
     ($name:ident) => {
         concat!(prefix!(), stringify!($name))
     };
+}
+
+/// The placeholder that puts an exported name in rustc's version script (see the module
+/// comment). The linker's definition of the name replaces it, so it never runs. (Nothing in
+/// the library calls these names. Cross-crate LTO could inline the `dlsym` placeholder into
+/// libloading's calls: the profiles have none.)
+#[cfg(not(test))]
+macro_rules! placeholder {
+    ($name:ident) => {
+        #[unsafe(no_mangle)]
+        extern "C" fn $name() {
+            std::process::abort()
+        }
+    };
+}
+#[cfg(test)]
+macro_rules! placeholder {
+    ($name:ident) => {};
 }
 
 /// A hidden alias of the export at the same address, so the library names its own function
@@ -81,7 +116,9 @@ macro_rules! return_address_register {
 }
 
 /// Types passed in one integer register (INTEGER class, at most 8 bytes): the only kind a
-/// trampoline's register arithmetic is right for.
+/// trampoline's register arithmetic is right for. (rustc 1.85 does not count the use in the
+/// `const _` item of `exports!` and calls the trait and the function dead.)
+#[allow(dead_code)]
 trait IntegerRegister {}
 impl<T> IntegerRegister for *mut T {}
 impl<T> IntegerRegister for *const T {}
@@ -89,6 +126,7 @@ impl IntegerRegister for usize {}
 impl IntegerRegister for u64 {}
 impl IntegerRegister for c_uint {}
 impl IntegerRegister for c_int {}
+#[allow(dead_code)]
 const fn integer_register<T: IntegerRegister>() {}
 
 /// The hook exports, their bodies and `own_address`, from the table's rows.
@@ -105,20 +143,39 @@ macro_rules! exports {
             core::arch::global_asm!(
                 ".pushsection .text",
                 ".p2align 4",
-                concat!(".globl ", export_symbol!($name)),
-                concat!(".type ", export_symbol!($name), ", @function"),
+                concat!(".globl ", export_label!($name)),
+                concat!(".type ", export_label!($name), ", @function"),
                 concat!(".globl ", own_symbol!($name)),
                 concat!(".hidden ", own_symbol!($name)),
-                concat!(export_symbol!($name), ":"),
+                concat!(export_label!($name), ":"),
                 concat!(own_symbol!($name), ":"),
                 concat!("mov ", return_address_register!($($arg)*), ", qword ptr [rsp]"),
                 // `jmp` keeps the stack as the caller left it: the body returns to the caller.
                 "jmp {body}",
-                concat!(".size ", export_symbol!($name), ", . - ", export_symbol!($name)),
+                concat!(".size ", export_label!($name), ", . - ", export_label!($name)),
                 ".popsection",
                 body = sym body::$name,
             );
         )*
+
+        mod placeholders {
+            $( placeholder!($name); )*
+        }
+
+        // cargo before 1.87 (Debian trixie's is 1.85) passes a library's cdylib link
+        // arguments to its unit-test executable too (rust-lang/cargo#12663), so the targets
+        // of build.rs's `--defsym` must exist there as well. Nothing there calls the hook
+        // names they define.
+        #[cfg(test)]
+        core::arch::global_asm!(
+            ".pushsection .text",
+            $(
+                concat!(".globl rmcp_export_", stringify!($name)),
+                concat!("rmcp_export_", stringify!($name), ":"),
+            )*
+            "ud2",
+            ".popsection",
+        );
 
         mod body {
             use super::*;
@@ -173,11 +230,13 @@ rmcp_sys::hooked_functions!(exports);
 core::arch::global_asm!(
     ".pushsection .text",
     ".p2align 4",
-    concat!(".globl ", export_symbol!(dlsym)),
-    concat!(".type ", export_symbol!(dlsym), ", @function"),
+    concat!(".globl ", export_label!(dlsym)),
+    concat!(".type ", export_label!(dlsym), ", @function"),
     concat!(".globl ", own_symbol!(dlsym)),
     concat!(".hidden ", own_symbol!(dlsym)),
-    concat!(export_symbol!(dlsym), ":"),
+    ".globl rmcp_dlsym_forward",
+    ".hidden rmcp_dlsym_forward",
+    concat!(export_label!(dlsym), ":"),
     concat!(own_symbol!(dlsym), ":"),
     "push rdi",
     "push rsi",
@@ -191,6 +250,7 @@ core::arch::global_asm!(
     "mov rdx, qword ptr [rsp]",
     "jmp {lookup}",
     "2:",
+    "rmcp_dlsym_forward:",
     "mov rax, qword ptr [rip + {next}]",
     "test rax, rax",
     "jz 3f",
@@ -205,12 +265,26 @@ core::arch::global_asm!(
     "pop rsi",
     "pop rdi",
     "jmp rax",
-    concat!(".size ", export_symbol!(dlsym), ", . - ", export_symbol!(dlsym)),
+    concat!(".size ", export_label!(dlsym), ", . - ", export_label!(dlsym)),
     ".popsection",
     wants = sym crate::dlsym::wants,
     lookup = sym crate::dlsym::lookup,
     next = sym crate::dlsym::NEXT_DLSYM,
     find = sym crate::dlsym::find_next_dlsym,
+);
+placeholder!(dlsym);
+
+// The same for `dlsym` under cargo before 1.87 (see `exports!`): in a unit-test executable
+// the `dlsym` that `--defsym` defines (which the linker exports there, glibc defining it
+// too) forwards every lookup to glibc's with the stack untouched, so the process's lookups
+// mean what they mean without it.
+#[cfg(test)]
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".globl rmcp_export_dlsym",
+    "rmcp_export_dlsym:",
+    "jmp rmcp_dlsym_forward",
+    ".popsection",
 );
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The built library exports exactly the names of the hook registry and `dlsym`, nothing
 //! more (the compiler keeps the table, the registry and the trampolines in step; only the
-//! linked result can show the version script did its part), and the comparison catches a
+//! linked result can show the linker did its part), and the comparison catches a
 //! difference.
 
 use std::collections::BTreeSet;
