@@ -17,16 +17,15 @@
 //! the shim sees every call, and a caller none of this finds gets the runtime `state`
 //! locates (RMCP_HIP_LIBRARY, then the sonames), as before.
 //!
-//! Tables: `OBJECTS` maps a link map to its `Binding` (published once with a
-//! compare-exchange: two threads resolving the same object both build one, the first
-//! published wins); `SITES` maps a return address to its object's slot, so a call site seen
+//! Tables: `OBJECTS` maps a link map to its `Binding` (`Published`: two threads resolving
+//! the same object both build one, the first published wins); `SITES` maps a return address to its object's slot, so a call site seen
 //! before costs one hash probe, no loader call. Objects are never forgotten: a library
 //! unloaded with dlclose and another loaded at its address would inherit its binding
 //! (docs/design.md).
 
 use std::ffi::{CStr, c_char, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp_core::config::Config;
 use rmcp_core::registry::Hook;
@@ -34,6 +33,7 @@ use rmcp_sys::HipApi;
 use rmcp_sys::locate::{self, LoadedObject};
 
 use crate::copies::{self, Copy};
+use crate::once::Published;
 
 /// One calling object's view of HIP.
 pub(crate) struct Binding {
@@ -52,13 +52,13 @@ const PROBES: usize = 8;
 struct ObjectSlot {
     /// The object's link map; 0 = free.
     key: AtomicUsize,
-    binding: AtomicPtr<Binding>,
+    binding: Published<Binding>,
 }
 
 static OBJECTS: [ObjectSlot; OBJECT_SLOTS] = [const {
     ObjectSlot {
         key: AtomicUsize::new(0),
-        binding: AtomicPtr::new(null_mut()),
+        binding: Published::new(),
     }
 }; OBJECT_SLOTS];
 
@@ -128,12 +128,8 @@ fn object_slot(link_map: usize) -> Option<usize> {
 /// The binding of the object that called from `ret`, resolved on first use.
 #[inline(always)]
 pub(crate) fn for_caller(ret: usize, cfg: &Config) -> Option<&'static Binding> {
-    if let Some(slot) = site(ret) {
-        let b = OBJECTS[slot].binding.load(Ordering::Acquire);
-        if !b.is_null() {
-            // SAFETY: published bindings are leaked boxes, never freed or changed.
-            return Some(unsafe { &*b });
-        }
+    if let Some(b) = site(ret).and_then(|slot| OBJECTS[slot].binding.get()) {
+        return Some(b);
     }
     for_new_caller(ret, cfg)
 }
@@ -143,28 +139,11 @@ fn for_new_caller(ret: usize, cfg: &Config) -> Option<&'static Binding> {
     let object = locate::loaded_object(ret)?;
     let slot = object_slot(object.link_map)?;
     remember_site(ret, slot);
-    Some(publish(slot, || resolve(&object, cfg)))
-}
-
-/// The slot's binding, or `make()`'s, published if the slot has none yet.
-fn publish(slot: usize, make: impl FnOnce() -> Binding) -> &'static Binding {
-    let cell = &OBJECTS[slot].binding;
-    let existing = cell.load(Ordering::Acquire);
-    if !existing.is_null() {
-        // SAFETY: published bindings are leaked boxes, never freed or changed.
-        return unsafe { &*existing };
-    }
-    let mine = Box::into_raw(Box::new(make()));
-    match cell.compare_exchange(null_mut(), mine, Ordering::AcqRel, Ordering::Acquire) {
-        // SAFETY: `mine` is a leaked box, published now and never freed.
-        Ok(_) => unsafe { &*mine },
-        Err(theirs) => {
-            // SAFETY: `mine` was never published; this thread owns it.
-            drop(unsafe { Box::from_raw(mine) });
-            // SAFETY: as above.
-            unsafe { &*theirs }
-        }
-    }
+    Some(
+        OBJECTS[slot]
+            .binding
+            .get_or_publish(|| resolve(&object, cfg)),
+    )
 }
 
 /// Resolves every name the shim calls as `object` would bind it.
@@ -258,7 +237,9 @@ pub(crate) fn record(ret: usize, hook: Hook, function: usize) -> bool {
     };
     remember_site(ret, slot);
     let cfg = crate::state::config();
-    let b = publish(slot, || resolve(&object, cfg));
+    let b = OBJECTS[slot]
+        .binding
+        .get_or_publish(|| resolve(&object, cfg));
     // The caller's calls through the shim's function reach what its binding holds.
     match b.api.address_of(hook.name()) {
         Some(f) if f == function => return true,
@@ -273,21 +254,16 @@ pub(crate) fn record(ret: usize, hook: Hook, function: usize) -> bool {
         return false;
     }
     fill_missing(&mut api, &b.api);
-    let new = Box::into_raw(Box::new(Binding {
-        api,
-        copy,
-        exempt: b.exempt,
-    }));
-    let old = b as *const Binding as *mut Binding;
-    if OBJECTS[slot]
-        .binding
-        .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        // SAFETY: `new` was never published; this thread owns it.
-        drop(unsafe { Box::from_raw(new) });
-    }
-    // The old binding stays allocated: another thread may hold it.
+    // If another thread replaced it first, that binding holds the function too, or the
+    // next call through the shim's function records it again.
+    OBJECTS[slot].binding.replace(
+        b,
+        Binding {
+            api,
+            copy,
+            exempt: b.exempt,
+        },
+    );
     true
 }
 

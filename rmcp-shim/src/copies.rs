@@ -5,8 +5,7 @@
 //! compare-exchange, never waited for (a runtime query can take the loader's lock, which the
 //! waiting thread might hold).
 
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use rmcp_core::classify::{self, Device, DeviceClass};
 use rmcp_core::policy;
@@ -14,6 +13,7 @@ use rmcp_sys::HipApi;
 use rmcp_sys::locate::{self, LoadedObject};
 
 use crate::devices;
+use crate::once::Published;
 use crate::state::Global;
 
 /// One runtime copy.
@@ -29,7 +29,7 @@ pub(crate) struct Copy {
     /// hipRuntimeGetVersion: `UNASKED`, `NONE` (no answer) or the version.
     version: AtomicI64,
     /// The HIP ordinals with their classification, once listed.
-    devices: AtomicPtr<Listed>,
+    devices: Published<Listed>,
     /// The banner for this copy was logged.
     pub(crate) announced: AtomicBool,
 }
@@ -45,16 +45,11 @@ const UNASKED: i64 = i64::MIN;
 const NONE: i64 = i64::MIN + 1;
 
 const COPY_SLOTS: usize = 16;
-static COPIES: [AtomicPtr<Copy>; COPY_SLOTS] = [const { AtomicPtr::new(null_mut()) }; COPY_SLOTS];
+static COPIES: [Published<Copy>; COPY_SLOTS] = [const { Published::new() }; COPY_SLOTS];
 
 /// The copies found so far, in the order they were found.
 pub(crate) fn all() -> impl Iterator<Item = &'static Copy> {
-    COPIES.iter().map_while(|c| {
-        let p = c.load(Ordering::Acquire);
-        // SAFETY: published copies are leaked boxes, never freed or changed (but for their
-        // atomics).
-        (!p.is_null()).then(|| unsafe { &*p })
-    })
+    COPIES.iter().map_while(Published::get)
 }
 
 /// The copy a function belongs to, if it is a runtime's.
@@ -84,32 +79,11 @@ fn in_object(base: usize) -> Option<usize> {
 }
 
 fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
-    for slot in &COPIES {
-        let p = slot.load(Ordering::Acquire);
-        if p.is_null() {
-            let mine = Box::into_raw(Box::new(new_copy(object)));
-            match slot.compare_exchange(null_mut(), mine, Ordering::AcqRel, Ordering::Acquire) {
-                // SAFETY: `mine` is a leaked box, published now and never freed.
-                Ok(_) => return Some(unsafe { &*mine }),
-                Err(theirs) => {
-                    // SAFETY: `mine` was never published; this thread owns it.
-                    drop(unsafe { Box::from_raw(mine) });
-                    // SAFETY: published copies are leaked boxes, never freed.
-                    let theirs = unsafe { &*theirs };
-                    if theirs.base == object.base {
-                        return Some(theirs);
-                    }
-                    continue;
-                }
-            }
-        }
-        // SAFETY: as above.
-        let c = unsafe { &*p };
-        if c.base == object.base {
-            return Some(c);
-        }
-    }
-    None
+    // Slots fill in order; a slot another thread filled with another copy is passed over.
+    COPIES.iter().find_map(|slot| {
+        let c = slot.get_or_publish(|| new_copy(object));
+        (c.base == object.base).then_some(c)
+    })
 }
 
 fn new_copy(object: &LoadedObject) -> Copy {
@@ -132,7 +106,7 @@ fn new_copy(object: &LoadedObject) -> Copy {
         path,
         api,
         version: AtomicI64::new(UNASKED),
-        devices: AtomicPtr::new(null_mut()),
+        devices: Published::new(),
         announced: AtomicBool::new(false),
     }
 }
@@ -170,47 +144,25 @@ impl Copy {
     }
 
     fn listed(&self, g: &Global) -> &Listed {
-        let p = self.devices.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: published lists are leaked boxes, never freed or changed.
-            return unsafe { &*p };
-        }
-        let devices = classify::devices(
-            g.topology.as_ref(),
-            &devices::ordinals(&self.api),
-            &g.config.targets,
-            g.config.mode,
-        );
-        let (host, class) = classify::by_ordinal(&devices);
-        let mine = Box::into_raw(Box::new(Listed {
-            devices,
-            host,
-            class,
-        }));
-        match self
-            .devices
-            .compare_exchange(null_mut(), mine, Ordering::AcqRel, Ordering::Acquire)
-        {
-            // SAFETY: `mine` is a leaked box, published now and never freed.
-            Ok(_) => unsafe { &*mine },
-            Err(theirs) => {
-                // SAFETY: `mine` was never published; this thread owns it.
-                drop(unsafe { Box::from_raw(mine) });
-                // SAFETY: as above.
-                unsafe { &*theirs }
+        self.devices.get_or_publish(|| {
+            let devices = classify::devices(
+                g.topology.as_ref(),
+                &devices::ordinals(&self.api),
+                &g.config.targets,
+                g.config.mode,
+            );
+            let (host, class) = classify::by_ordinal(&devices);
+            Listed {
+                devices,
+                host,
+                class,
             }
-        }
+        })
     }
 
     /// The devices if listed already, without listing them.
     pub(crate) fn devices_if_listed(&self) -> &[Device] {
-        let p = self.devices.load(Ordering::Acquire);
-        if p.is_null() {
-            &[]
-        } else {
-            // SAFETY: published lists are leaked boxes, never freed or changed.
-            unsafe { &(*p).devices }
-        }
+        self.devices.get().map_or(&[], |l| &l.devices)
     }
 
     /// On a machine whose GPUs are partly affected: host allocations are affected for this

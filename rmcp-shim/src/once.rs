@@ -1,4 +1,5 @@
-//! A once-cell that survives `fork`.
+//! Once-cells: [`ForkOnce`], a once-cell that survives `fork` (for state threads may wait
+//! for), and [`Published`], a value published once and never waited for.
 //!
 //! `once_cell::sync::OnceCell` makes every other thread wait while one builds the value. If
 //! the process forks meanwhile, the child inherits a cell marked "being built" by a thread
@@ -166,5 +167,94 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(cell.get(), None);
         assert_eq!(*cell.get_or_init(|| 9), 9);
+    }
+}
+
+/// A value published once by whichever thread builds it first, and never waited for: a
+/// thread that finds it missing builds its own and, if another thread published first,
+/// drops its own and takes theirs. For what a waiting thread could deadlock on (anything
+/// that may take the loader's lock). Published values live as long as the library: they
+/// are never freed, so references to them are `'static`.
+pub(crate) struct Published<T: 'static>(std::sync::atomic::AtomicPtr<T>);
+
+impl<T: 'static> Published<T> {
+    pub(crate) const fn new() -> Self {
+        Published(std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    pub(crate) fn get(&self) -> Option<&'static T> {
+        let p = self.0.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer here is a leaked box, published by a Release
+        // compare-exchange and never freed or written again.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    pub(crate) fn get_or_publish(&self, make: impl FnOnce() -> T) -> &'static T {
+        if let Some(v) = self.get() {
+            return v;
+        }
+        let mine = Box::into_raw(Box::new(make()));
+        match self.0.compare_exchange(
+            std::ptr::null_mut(),
+            mine,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: `mine` is a leaked box, published now and never freed.
+            Ok(_) => unsafe { &*mine },
+            Err(theirs) => {
+                // SAFETY: `mine` was never published; this thread owns it.
+                drop(unsafe { Box::from_raw(mine) });
+                // SAFETY: as in `get`.
+                unsafe { &*theirs }
+            }
+        }
+    }
+
+    /// Publishes `new` in place of `old` (what `get` gave), unless another thread replaced
+    /// it first. `old` stays allocated: other threads may hold it.
+    pub(crate) fn replace(&self, old: &'static T, new: T) -> bool {
+        let new = Box::into_raw(Box::new(new));
+        let old = old as *const T as *mut T;
+        if self
+            .0
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return true;
+        }
+        // SAFETY: `new` was never published; this thread owns it.
+        drop(unsafe { Box::from_raw(new) });
+        false
+    }
+}
+
+#[cfg(test)]
+mod published_tests {
+    use super::*;
+
+    #[test]
+    fn the_first_published_value_wins_and_stays() {
+        static CELL: Published<u32> = Published::new();
+        assert_eq!(CELL.get(), None);
+        let a = CELL.get_or_publish(|| 1);
+        assert_eq!(*CELL.get_or_publish(|| 2), 1);
+        assert!(std::ptr::eq(a, CELL.get().unwrap()));
+        assert!(CELL.replace(a, 3));
+        assert_eq!(*CELL.get().unwrap(), 3);
+        assert!(!CELL.replace(a, 4), "a stale old value does not replace");
+        assert_eq!(*a, 1, "the replaced value is still readable");
+    }
+
+    #[test]
+    fn racing_builders_agree_on_one_value() {
+        static CELL: Published<usize> = Published::new();
+        let got: Vec<usize> = (0..8)
+            .map(|i| std::thread::spawn(move || *CELL.get_or_publish(|| i)))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        assert!(got.iter().all(|v| *v == got[0]), "{got:?}");
     }
 }
