@@ -1,11 +1,11 @@
 //! The HIP runtime copies the process's calls reach: each one's own functions, its version
 //! and its devices, which belong to the copy they came from (two copies may be different
 //! ROCm releases). Found when a binding first leads to them, kept in a fixed lock-free
-//! table; each fact is computed by the first thread that needs it and published with a
-//! compare-exchange, never waited for (a runtime query can take the loader's lock, which the
-//! waiting thread might hold).
+//! table. Each fact is asked once, by the first thread that needs it; another thread waits
+//! for the answer at most `PATIENCE` and then forwards its call unchanged, because a
+//! runtime query can take the loader's lock, which the waiting thread might hold.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use rmcp_core::classify::{self, Device, DeviceClass};
 use rmcp_core::policy;
@@ -13,7 +13,7 @@ use rmcp_sys::HipApi;
 use rmcp_sys::locate::{self, LoadedObject};
 
 use crate::devices;
-use crate::once::Published;
+use crate::once::{ForkOnce, Published};
 use crate::state::Global;
 
 /// One runtime copy.
@@ -26,10 +26,10 @@ pub(crate) struct Copy {
     pub(crate) path: String,
     /// Its own functions (not an interposer's).
     pub(crate) api: HipApi,
-    /// hipRuntimeGetVersion: `UNASKED`, `NONE` (no answer) or the version.
-    version: AtomicI64,
+    /// hipRuntimeGetVersion, once asked (None: no answer).
+    version: ForkOnce<Option<i32>>,
     /// The HIP ordinals with their classification, once listed.
-    devices: Published<Listed>,
+    devices: ForkOnce<Listed>,
     /// The banner for this copy was logged.
     pub(crate) announced: AtomicBool,
 }
@@ -41,8 +41,11 @@ struct Listed {
     class: DeviceClass,
 }
 
-const UNASKED: i64 = i64::MIN;
-const NONE: i64 = i64::MIN + 1;
+/// How long a thread waits for another that is asking a copy a question, before it treats
+/// the answer as unknown and forwards its call unchanged (issue 13: a runtime query may take
+/// the loader's lock, which the waiting thread may hold). Where nothing is wrong the answer
+/// comes in microseconds, so every thread decides alike.
+const PATIENCE: std::time::Duration = std::time::Duration::from_millis(20);
 
 const COPY_SLOTS: usize = 16;
 static COPIES: [Published<Copy>; COPY_SLOTS] = [const { Published::new() }; COPY_SLOTS];
@@ -105,46 +108,41 @@ fn new_copy(object: &LoadedObject) -> Copy {
         name: object.name.clone(),
         path,
         api,
-        version: AtomicI64::new(UNASKED),
-        devices: Published::new(),
+        version: ForkOnce::new(),
+        devices: ForkOnce::new(),
         announced: AtomicBool::new(false),
     }
 }
 
 impl Copy {
-    /// hipRuntimeGetVersion, asked once (by whichever thread needs it first).
+    /// hipRuntimeGetVersion, asked once (None: no answer, or another thread is still
+    /// asking after `PATIENCE`).
     pub(crate) fn version(&self) -> Option<i32> {
-        let v = match self.version.load(Ordering::Acquire) {
-            UNASKED => {
-                let v = devices::runtime_version(&self.api).map_or(NONE, i64::from);
-                self.version.store(v, Ordering::Release);
-                v
-            }
-            v => v,
-        };
-        (v != NONE).then_some(v as i32)
+        self.version
+            .get_or_init_within(PATIENCE, || devices::runtime_version(&self.api))
+            .copied()
+            .flatten()
     }
 
     /// The version if asked already, without asking.
     pub(crate) fn version_if_known(&self) -> Option<i32> {
-        match self.version.load(Ordering::Acquire) {
-            UNASKED | NONE => None,
-            v => Some(v as i32),
-        }
+        self.version.get().copied().flatten()
     }
 
-    /// Whether this copy's hipHostAlloc allocates host memory.
+    /// Whether this copy's hipHostAlloc allocates host memory (false while unknown: the
+    /// call goes through unchanged).
     pub(crate) fn host_alloc_is_host(&self) -> bool {
         self.version().is_some_and(policy::host_alloc_is_host)
     }
 
     /// The HIP ordinals with their PCI address and KFD classification, listed once.
     pub(crate) fn devices(&self, g: &Global) -> &[Device] {
-        &self.listed(g).devices
+        self.listed(g).map_or(&[], |l| &l.devices)
     }
 
-    fn listed(&self, g: &Global) -> &Listed {
-        self.devices.get_or_publish(|| {
+    /// None while another thread is still listing them after `PATIENCE`.
+    fn listed(&self, g: &Global) -> Option<&Listed> {
+        self.devices.get_or_init_within(PATIENCE, || {
             let devices = classify::devices(
                 g.topology.as_ref(),
                 &devices::ordinals(&self.api),
@@ -166,16 +164,17 @@ impl Copy {
     }
 
     /// On a machine whose GPUs are partly affected: host allocations are affected for this
-    /// copy's ordinals.
+    /// copy's ordinals (false while unknown: the call goes through unchanged).
     pub(crate) fn host_affected(&self, g: &Global) -> bool {
-        self.listed(g).host
+        self.listed(g).is_some_and(|l| l.host)
     }
 
     /// Is the calling thread's current device (in this copy) affected?
     pub(crate) fn current_device_affected(&self, g: &Global) -> bool {
-        match &self.listed(g).class {
-            DeviceClass::All(v) => *v,
-            DeviceClass::PerOrdinal(table) => devices::current(&self.api)
+        match self.listed(g).map(|l| &l.class) {
+            None => false,
+            Some(DeviceClass::All(v)) => *v,
+            Some(DeviceClass::PerOrdinal(table)) => devices::current(&self.api)
                 .and_then(|i| table.get(i).copied())
                 .unwrap_or(false),
         }

@@ -66,22 +66,43 @@ impl<T> ForkOnce<T> {
     pub(crate) fn get_or_init_unless_busy(&self, f: impl FnOnce() -> T) -> Option<&T> {
         match self.get() {
             Some(v) => Some(v),
-            None => self.init_or_give_up(f, false),
+            None => self.init_or_give_up(f, Some(std::time::Duration::ZERO)),
+        }
+    }
+
+    /// Like `get_or_init`, but waits at most `patience` for another thread of this process
+    /// that is building the value, then returns None. For values whose building may take a
+    /// lock the waiting thread could hold (a runtime query may take the loader's lock): the
+    /// wait is short where nothing is wrong, and ends where something is.
+    pub(crate) fn get_or_init_within(
+        &self,
+        patience: std::time::Duration,
+        f: impl FnOnce() -> T,
+    ) -> Option<&T> {
+        match self.get() {
+            Some(v) => Some(v),
+            None => self.init_or_give_up(f, Some(patience)),
         }
     }
 
     #[cold]
     fn init(&self, f: impl FnOnce() -> T) -> &T {
-        match self.init_or_give_up(f, true) {
+        match self.init_or_give_up(f, None) {
             Some(v) => v,
-            None => unreachable!("init_or_give_up waits when asked to"),
+            None => unreachable!("init_or_give_up waits as long as it takes without patience"),
         }
     }
 
-    /// Builds the value, or waits for the thread building it (`wait`), or gives up (None).
+    /// Builds the value, or waits for the thread building it (at most `patience`, if given),
+    /// or gives up (None).
     #[cold]
-    fn init_or_give_up(&self, f: impl FnOnce() -> T, wait: bool) -> Option<&T> {
+    fn init_or_give_up(
+        &self,
+        f: impl FnOnce() -> T,
+        patience: Option<std::time::Duration>,
+    ) -> Option<&T> {
         let me = building(std::process::id());
+        let since = std::time::Instant::now();
         let mut f = Some(f);
         loop {
             let s = self.state.load(Ordering::Acquire);
@@ -113,7 +134,7 @@ impl<T> ForkOnce<T> {
                 self.state.store(DONE, Ordering::Release);
                 return self.get();
             }
-            if !wait {
+            if patience.is_some_and(|p| since.elapsed() >= p) {
                 return None;
             }
             // Another thread of this process is building: wait for it.
@@ -156,6 +177,23 @@ mod tests {
             .store(building(std::process::id() + 1), Ordering::SeqCst);
         assert_eq!(cell.get(), None);
         assert_eq!(*cell.get_or_init(|| 5), 5);
+    }
+
+    #[test]
+    fn impatient_callers_give_up_while_another_thread_builds() {
+        static CELL: ForkOnce<u32> = ForkOnce::new();
+        let builder = std::thread::spawn(|| {
+            *CELL.get_or_init(|| {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                1
+            })
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(CELL.get_or_init_unless_busy(|| 2), None);
+        assert_eq!(CELL.get_or_init_within(ms(20), || 3), None);
+        assert_eq!(builder.join().unwrap(), 1);
+        assert_eq!(CELL.get_or_init_within(ms(20), || 4), Some(&1));
     }
 
     #[test]
