@@ -127,6 +127,57 @@ pub fn with_shim(shim: &Path, existing: Option<&OsStr>) -> OsString {
     OsString::from(OsStr::from_bytes(&out.join(&b':')))
 }
 
+/// The ASAN_OPTIONS flag that turns off AddressSanitizer's link-order check.
+pub const ASAN_LINK_ORDER_OFF: &str = "verify_asan_link_order=0";
+
+/// ASAN_OPTIONS for a command whose LD_PRELOAD is `preload` (as [`with_shim`] made it);
+/// None leaves the variable as it is.
+///
+/// At start-up, AddressSanitizer's shared runtime checks that it is the first object after
+/// the program (`verify_asan_link_order`) and exits with 1 otherwise. A program linked
+/// against it (DT_NEEDED `libasan.so.8`, gcc's default) gets it after every LD_PRELOAD
+/// entry, so the shim alone in LD_PRELOAD makes such a program refuse to start. Then
+/// `verify_asan_link_order=0` goes in front of what ASAN_OPTIONS holds: the check is
+/// skipped and nothing else about ASan changes (the shim defines none of the functions ASan
+/// intercepts). Processes without ASan never read the variable.
+///
+/// Left alone when LD_PRELOAD carries anything besides the shim (an ASan runtime comes
+/// first and passes the check; with any other library the check fails without rmcp as
+/// well), and when ASAN_OPTIONS already names the flag.
+pub fn asan_options(shim: &Path, preload: &OsStr, existing: Option<&OsStr>) -> Option<OsString> {
+    let only_the_shim = entries(Some(preload))
+        .into_iter()
+        .all(|e| is_shim_entry(e) || same_file(Path::new(OsStr::from_bytes(e)), shim));
+    let existing = existing.map(OsStr::as_bytes).unwrap_or(b"");
+    let named = existing
+        .windows(b"verify_asan_link_order".len())
+        .any(|w| w == b"verify_asan_link_order");
+    if !only_the_shim || named {
+        return None;
+    }
+    let mut out = ASAN_LINK_ORDER_OFF.as_bytes().to_vec();
+    if !existing.is_empty() {
+        out.push(b':');
+        out.extend_from_slice(existing);
+    }
+    Some(OsStr::from_bytes(&out).to_os_string())
+}
+
+/// The variables a command run with the shim gets, from the current LD_PRELOAD and
+/// ASAN_OPTIONS: LD_PRELOAD ([`with_shim`]), and ASAN_OPTIONS when [`asan_options`]
+/// changes it.
+pub fn command_env(
+    shim: &Path,
+    ld_preload: Option<&OsStr>,
+    asan: Option<&OsStr>,
+) -> Vec<(&'static str, OsString)> {
+    let preload = with_shim(shim, ld_preload);
+    let asan = asan_options(shim, &preload, asan);
+    let mut env = vec![("LD_PRELOAD", preload)];
+    env.extend(asan.map(|v| ("ASAN_OPTIONS", v)));
+    env
+}
+
 /// LD_PRELOAD without any librmcp_shim.so entry; None when nothing is left.
 pub fn without_shim(existing: Option<&OsStr>) -> Option<OsString> {
     let kept: Vec<&[u8]> = entries(existing)
@@ -188,6 +239,51 @@ mod tests {
                 want.replace('S', s),
                 "LD_PRELOAD={existing:?}"
             );
+        }
+    }
+
+    #[test]
+    fn asan_link_order_check_is_off_only_when_the_shim_is_alone() {
+        let s = "/opt/rmcp/lib/librmcp_shim.so";
+        let env = |preload: Option<&str>, asan: Option<&str>| {
+            command_env(Path::new(s), preload.map(OsStr::new), asan.map(OsStr::new))
+                .into_iter()
+                .map(|(k, v)| format!("{k}={}", v.into_string().unwrap()))
+                .collect::<Vec<_>>()
+        };
+        let off = ASAN_LINK_ORDER_OFF;
+        // (LD_PRELOAD, ASAN_OPTIONS) before -> ASAN_OPTIONS after (None: not set by rmcp).
+        let table: &[(Option<&str>, Option<&str>, Option<&str>)] = &[
+            (None, None, Some(off)),
+            (Some(""), Some(""), Some(off)),
+            (Some(s), None, Some(off)),
+            (Some("/old/librmcp_shim.so"), None, Some(off)),
+            (
+                None,
+                Some("detect_leaks=0"),
+                Some("verify_asan_link_order=0:detect_leaks=0"),
+            ),
+            // The user's own setting wins, and a second rmcp run adds nothing.
+            (None, Some("verify_asan_link_order=1"), None),
+            (None, Some(off), None),
+            (None, Some("a=1 verify_asan_link_order=true"), None),
+            // An ASan runtime in LD_PRELOAD comes first: no need.
+            (Some("/r/libasan.so.8"), None, None),
+            (
+                Some("/r/libclang_rt.asan-x86_64.so"),
+                Some("detect_leaks=0"),
+                None,
+            ),
+            // Another library ahead of a linked runtime fails the check without rmcp too.
+            (Some("/a.so"), None, None),
+            (Some("/r/libubsan.so.1"), None, None),
+        ];
+        for (preload, asan, want) in table {
+            let got = env(*preload, *asan);
+            let merged = with_shim(Path::new(s), preload.map(OsStr::new));
+            let mut expect = vec![format!("LD_PRELOAD={}", merged.into_string().unwrap())];
+            expect.extend(want.map(|w| format!("ASAN_OPTIONS={w}")));
+            assert_eq!(got, expect, "LD_PRELOAD={preload:?} ASAN_OPTIONS={asan:?}");
         }
     }
 

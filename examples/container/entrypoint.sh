@@ -10,7 +10,8 @@
 # of /usr/local/lib, /usr/lib, /opt/rmcp/lib and this script's directory holding
 # librmcp_shim.so is put in LD_PRELOAD, first but behind any sanitizer runtime (existing
 # entries kept, colon or space separated; never twice; another librmcp_shim.so replaced),
-# then "$@" is exec'd.
+# ASAN_OPTIONS gets verify_asan_link_order=0 when the shim is LD_PRELOAD's only entry, and
+# "$@" is exec'd.
 #
 # Either way the command replaces this shell: its exit status and signals are its own.
 # Not found: 127; not executable: 126 (as env(1)). Shim not found: 127 with a message.
@@ -122,6 +123,20 @@ elif [ -n "$moved" ]; then
     LD_PRELOAD=${front:+$front:}$kept
 fi
 export LD_PRELOAD
+
+# AddressSanitizer: with the shim alone in LD_PRELOAD, a program linked against ASan's
+# shared runtime finds the shim ahead of it and refuses to start ("ASan runtime does not
+# come first in initial library list"). As rmcp run does, turn that one check off, unless
+# ASAN_OPTIONS already names it. Processes without ASan never read the variable.
+if [ -z "$front$rest" ]; then
+    case ${ASAN_OPTIONS:-} in
+        *verify_asan_link_order*) ;;
+        *)
+            ASAN_OPTIONS=verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+            export ASAN_OPTIONS
+            ;;
+    esac
+fi
 
 # POSIX exec: command not found -> 127, found but not executable -> 126.
 exec "$@"
