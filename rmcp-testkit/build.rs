@@ -16,6 +16,8 @@
 //! * `RMCP_DLOPEN_CLIENT`: tests/c/dlopen_client.c, not linked to the runtime.
 //! * `RMCP_HOTPATH`, `RMCP_DLSYM_CLIENT`, `RMCP_SCOPE_LIB_5/6`, `RMCP_STRESS_CLIENT`,
 //!   `RMCP_FORK_CLIENT`, `RMCP_BENCH_CLIENT`: see the functions that build them below.
+//! * `RMCP_ASAN_APP`: tests/c/asan_app.c built with `-fsanitize=address`, or empty when
+//!   the compiler cannot build it; `RMCP_ASAN_APP_WHY` then says why (see `asan_app`).
 //!
 //! The compiler is `$CC` (which may carry arguments, e.g. "ccache cc") or `cc`.
 
@@ -159,6 +161,39 @@ fn main() {
     dlsym_clients(&cc, &root_dir, &out);
     transparency_clients(&cc, &root_dir, &out);
     reliability_clients(&cc, &root_dir, &out);
+    asan_app(&cc, &root_dir, &out);
+}
+
+/// `RMCP_ASAN_APP`: tests/c/asan_app.c with `-fsanitize=address`, linked to the .so.6 fake
+/// (the sanitizer tests of `rmcp run` and the entrypoint). A compiler without ASan (no
+/// libasan installed, say) is not an error here: the variable is left empty,
+/// `RMCP_ASAN_APP_WHY` carries the compiler's first complaint, and the tests skip, or fail
+/// where prerequisites are required (rmcp-testkit's `asan_app`).
+fn asan_app(cc: &Compiler, root_dir: &Path, out: &Path) {
+    const SRC: &str = "tests/c/asan_app.c";
+    rerun_if_changed(SRC);
+    let exe = out.join("asan_app");
+    let fake6 = out.join("fake-hip-6");
+    let built = cc.try_run(&[
+        "-fsanitize=address".into(),
+        "-fno-omit-frame-pointer".into(),
+        "-o".into(),
+        exe.display().to_string(),
+        root_dir.join(SRC).display().to_string(),
+        format!("-L{}", fake6.display()),
+        "-lamdhip64".into(),
+    ]);
+    match built {
+        Ok(()) => {
+            println!("cargo:rustc-env=RMCP_ASAN_APP={}", exe.display());
+            println!("cargo:rustc-env=RMCP_ASAN_APP_WHY=");
+        }
+        Err(why) => {
+            println!("cargo:warning=asan_app not built (-fsanitize=address): {why}");
+            println!("cargo:rustc-env=RMCP_ASAN_APP=");
+            println!("cargo:rustc-env=RMCP_ASAN_APP_WHY={why}");
+        }
+    }
 }
 
 /// The reliability tests' clients (reliability_*.rs), linked to the .so.6 fake:
@@ -395,6 +430,31 @@ impl Compiler {
             program,
             prefix_args: words.collect(),
         }
+    }
+
+    /// Like `run`, for an optional artifact: Err with the compiler's first line of
+    /// complaint (or the reason it could not be started) instead of a panic.
+    fn try_run(&self, args: &[String]) -> Result<(), String> {
+        let output = Command::new(&self.program)
+            .args(&self.prefix_args)
+            .args(CFLAGS)
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run `{}`: {e}", self.program))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let first = stderr
+            .lines()
+            .map(str::trim)
+            .find(|l| l.contains("error") || l.contains("cannot find"))
+            .or_else(|| stderr.lines().map(str::trim).find(|l| !l.is_empty()))
+            .unwrap_or("no message");
+        Err(format!(
+            "`{}` failed ({}): {first}",
+            self.program, output.status
+        ))
     }
 
     fn run(&self, what: &str, args: &[String]) {

@@ -167,10 +167,13 @@ pub fn run(args: RunArgs) -> u8 {
     let (program, rest) = args.command.split_first().expect("clap requires a command");
     let mut cmd = Command::new(program);
     cmd.args(rest);
-    cmd.env(
-        "LD_PRELOAD",
-        preload::with_shim(&shim, std::env::var_os("LD_PRELOAD").as_deref()),
-    );
+    for (k, v) in preload::command_env(
+        &shim,
+        std::env::var_os("LD_PRELOAD").as_deref(),
+        std::env::var_os("ASAN_OPTIONS").as_deref(),
+    ) {
+        cmd.env(k, v);
+    }
     for (k, v) in option_env(&args) {
         cmd.env(k, v);
     }

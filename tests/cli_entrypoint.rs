@@ -66,6 +66,9 @@ fn entry(shell: &str, vars: &[(&str, &str)], args: &[&str]) -> Output {
     c.output().unwrap()
 }
 
+// MERGES: the merge rule as a table, shared with src/preload.rs's unit test.
+include!("../src/preload_cases.rs");
+
 const SHOW_PRELOAD: [&str; 3] = ["sh", "-c", "printf '%s' \"$LD_PRELOAD\""];
 
 #[test]
@@ -98,28 +101,14 @@ fn plain_mode_merges_ld_preload() {
             String::from_utf8(out.stdout).unwrap()
         };
         let s = &f.shim;
-        assert_eq!(plain(None), *s, "{sh}");
-        assert_eq!(plain(Some("")), *s, "{sh}");
-        assert_eq!(
-            plain(Some("/x/a.so:/x/b.so")),
-            format!("{s}:/x/a.so:/x/b.so"),
-            "{sh}"
-        );
-        assert_eq!(
-            plain(Some("/x/a.so /x/b.so")),
-            format!("{s}:/x/a.so:/x/b.so"),
-            "{sh}"
-        );
-        // Never twice; an entry with a glob character is not expanded.
-        let v = format!("/x/a.so {s}");
-        assert_eq!(plain(Some(&v)), v, "{sh}");
-        assert_eq!(plain(Some("/x/*.so")), format!("{s}:/x/*.so"), "{sh}");
-        // Another copy of the shim is replaced.
-        assert_eq!(
-            plain(Some("/old/librmcp_shim.so /x/a.so")),
-            format!("{s}:/x/a.so"),
-            "{sh}"
-        );
+        for (existing, want) in MERGES {
+            let existing = existing.map(|e| e.replace('S', s));
+            assert_eq!(
+                plain(existing.as_deref()),
+                want.replace('S', s),
+                "{sh}: LD_PRELOAD={existing:?}"
+            );
+        }
     }
 }
 

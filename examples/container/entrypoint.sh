@@ -8,8 +8,10 @@
 # the shim ($RMCP_SHIM, else next to rmcp, else ../lib/) and merges LD_PRELOAD. Without
 # it (or with RMCP_BIN set but empty) it does the same in sh: RMCP_SHIM, else the first
 # of /usr/local/lib, /usr/lib, /opt/rmcp/lib and this script's directory holding
-# librmcp_shim.so is put first in LD_PRELOAD (existing entries kept, colon or space
-# separated; never twice; another librmcp_shim.so replaced), then "$@" is exec'd.
+# librmcp_shim.so is put in LD_PRELOAD, first but behind any sanitizer runtime (existing
+# entries kept, colon or space separated; never twice; another librmcp_shim.so replaced),
+# ASAN_OPTIONS gets verify_asan_link_order=0 when the shim is LD_PRELOAD's only entry, and
+# "$@" is exec'd.
 #
 # Either way the command replaces this shell: its exit status and signals are its own.
 # Not found: 127; not executable: 126 (as env(1)). Shim not found: 127 with a message.
@@ -69,15 +71,43 @@ case $shim in
         ;;
 esac
 
-# Merge: same rules as `rmcp run` (unchanged when the shim is already there and no other
-# copy is; otherwise the shim first, then the other entries in order, colon separated).
+# Merge: same rules as `rmcp run` (src/preload.rs). Sanitizer runtimes (gcc's libasan,
+# libhwasan, liblsan, libtsan, libubsan; clang's libclang_rt.<rt>[-<arch>].so) come first,
+# in their order: AddressSanitizer refuses to start unless its runtime is first. Then, when
+# the shim is already there and no other copy is, the other entries in their order (the
+# value unchanged when nothing moved); otherwise the shim, then the other entries in order,
+# minus other copies of the shim. Colon separated.
+is_sanitizer_runtime() {
+    case ${1##*/} in
+        libasan.so | libasan.so.* | libhwasan.so | libhwasan.so.* | liblsan.so | liblsan.so.* | \
+            libtsan.so | libtsan.so.* | libubsan.so | libubsan.so.*) return 0 ;;
+        libclang_rt.asan.so | libclang_rt.asan-?*.so | \
+            libclang_rt.hwasan.so | libclang_rt.hwasan-?*.so | \
+            libclang_rt.hwasan_aliases.so | libclang_rt.hwasan_aliases-?*.so | \
+            libclang_rt.lsan.so | libclang_rt.lsan-?*.so | \
+            libclang_rt.tsan.so | libclang_rt.tsan-?*.so | \
+            libclang_rt.ubsan_standalone.so | libclang_rt.ubsan_standalone-?*.so | \
+            libclang_rt.ubsan_minimal.so | libclang_rt.ubsan_minimal-?*.so) return 0 ;;
+    esac
+    return 1
+}
 present=
 others=
+front=
+kept=
 rest=
+moved=
 old_ifs=$IFS
 IFS=' :'
 set -f
 for entry in ${LD_PRELOAD:-}; do
+    if is_sanitizer_runtime "$entry"; then
+        front=${front:+$front:}$entry
+        # A runtime behind another entry has to move.
+        [ -z "$kept" ] || moved=1
+        continue
+    fi
+    kept=${kept:+$kept:}$entry
     case $entry in
         "$shim") present=1 ;;
         "$shim_name" | */"$shim_name") others=1 ;;
@@ -88,9 +118,25 @@ set +f
 IFS=$old_ifs
 
 if [ -z "$present" ] || [ -n "$others" ]; then
-    LD_PRELOAD=$shim${rest:+:$rest}
+    LD_PRELOAD=${front:+$front:}$shim${rest:+:$rest}
+elif [ -n "$moved" ]; then
+    LD_PRELOAD=${front:+$front:}$kept
 fi
 export LD_PRELOAD
+
+# AddressSanitizer: with the shim alone in LD_PRELOAD, a program linked against ASan's
+# shared runtime finds the shim ahead of it and refuses to start ("ASan runtime does not
+# come first in initial library list"). As rmcp run does, turn that one check off, unless
+# ASAN_OPTIONS already names it. Processes without ASan never read the variable.
+if [ -z "$front$rest" ]; then
+    case ${ASAN_OPTIONS:-} in
+        *verify_asan_link_order*) ;;
+        *)
+            ASAN_OPTIONS=verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+            export ASAN_OPTIONS
+            ;;
+    esac
+fi
 
 # POSIX exec: command not found -> 127, found but not executable -> 126.
 exec "$@"

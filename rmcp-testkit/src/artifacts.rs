@@ -102,3 +102,24 @@ pub fn ctor_deadlock() -> PathBuf {
 pub fn ctor_lib() -> PathBuf {
     PathBuf::from(env!("RMCP_CTOR_LIB"))
 }
+
+/// tests/c/asan_app.c built with `-fsanitize=address` and linked to .so.6 (DT_NEEDED
+/// ASan's shared runtime), or None when the C compiler could not build it: the test then
+/// skips, saying why. With RMCP_REQUIRE_REAL_HIP=1 or CI set, that fails the test instead.
+pub fn asan_app() -> Option<PathBuf> {
+    let path = env!("RMCP_ASAN_APP");
+    if !path.is_empty() {
+        return Some(PathBuf::from(path));
+    }
+    let why = env!("RMCP_ASAN_APP_WHY");
+    let required = std::env::var("RMCP_REQUIRE_REAL_HIP").as_deref() == Ok("1")
+        || std::env::var_os("CI").is_some();
+    assert!(
+        !required,
+        "tests/c/asan_app.c could not be built with -fsanitize=address ({why}); install \
+         gcc's AddressSanitizer runtime (Debian: libasan8 for gcc 12), then rebuild \
+         rmcp-testkit"
+    );
+    eprintln!("skipped: no AddressSanitizer build of tests/c/asan_app.c ({why})");
+    None
+}
