@@ -15,7 +15,8 @@
 //!   `probe_main`, DT_NEEDED the runtime, no rpath.
 //! * `RMCP_DLOPEN_CLIENT`: tests/c/dlopen_client.c, not linked to the runtime.
 //! * `RMCP_HOTPATH`, `RMCP_DLSYM_CLIENT`, `RMCP_SCOPE_LIB_5/6`, `RMCP_STRESS_CLIENT`,
-//!   `RMCP_FORK_CLIENT`, `RMCP_BENCH_CLIENT`: see the functions that build them below.
+//!   `RMCP_FORK_CLIENT`, `RMCP_BENCH_CLIENT`, `RMCP_NOMEM_CLIENT`, `RMCP_FD_CLIENT`: see the
+//!   functions that build them below.
 //! * `RMCP_ASAN_APP`: tests/c/asan_app.c built with `-fsanitize=address`, or empty when
 //!   the compiler cannot build it; `RMCP_ASAN_APP_WHY` then says why (see `asan_app`).
 //!
@@ -162,6 +163,7 @@ fn main() {
     transparency_clients(&cc, &root_dir, &out);
     reliability_clients(&cc, &root_dir, &out);
     asan_app(&cc, &root_dir, &out);
+    robustness_clients(&cc, &root_dir, &out);
 }
 
 /// `RMCP_ASAN_APP`: tests/c/asan_app.c with `-fsanitize=address`, linked to the .so.6 fake
@@ -193,6 +195,31 @@ fn asan_app(cc: &Compiler, root_dir: &Path, out: &Path) {
             println!("cargo:rustc-env=RMCP_ASAN_APP=");
             println!("cargo:rustc-env=RMCP_ASAN_APP_WHY={why}");
         }
+    }
+}
+
+/// The clients of the "never worse" tests (issue 13), linked to the .so.6 fake:
+/// `RMCP_NOMEM_CLIENT` (tests/c/nomem.c: a malloc family that fails from a chosen call on)
+/// and `RMCP_FD_CLIENT` (tests/c/fdclient.c: rearranges its standard descriptors).
+fn robustness_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
+    let fake6 = out.join("fake-hip-6");
+    for (name, src, var) in [
+        ("nomem", "tests/c/nomem.c", "RMCP_NOMEM_CLIENT"),
+        ("fdclient", "tests/c/fdclient.c", "RMCP_FD_CLIENT"),
+    ] {
+        rerun_if_changed(src);
+        let exe = out.join(name);
+        cc.run(
+            name,
+            &[
+                "-o".into(),
+                exe.display().to_string(),
+                root_dir.join(src).display().to_string(),
+                format!("-L{}", fake6.display()),
+                "-lamdhip64".into(),
+            ],
+        );
+        println!("cargo:rustc-env={var}={}", exe.display());
     }
 }
 

@@ -66,6 +66,16 @@ pub fn fork_client() -> PathBuf {
     PathBuf::from(env!("RMCP_FORK_CLIENT"))
 }
 
+/// tests/c/nomem.c: a malloc family that fails from a chosen call on, linked to .so.6.
+pub fn nomem_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_NOMEM_CLIENT"))
+}
+
+/// tests/c/fdclient.c: closes and opens its own descriptors around a HIP call, linked to .so.6.
+pub fn fd_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_FD_CLIENT"))
+}
+
 /// benches/bench_main.c + bench_client.c: the bench executable examples/bench.rs runs.
 pub fn bench_client() -> PathBuf {
     PathBuf::from(env!("RMCP_BENCH_CLIENT"))

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod artifacts;
+pub mod bounded;
 pub mod host;
 pub mod locate;
 pub mod record;
@@ -16,6 +17,7 @@ pub mod run;
 pub mod stress_model;
 
 pub use artifacts::*;
+pub use bounded::output_within;
 pub use host::*;
 pub use locate::*;
 pub use record::*;
@@ -40,6 +42,8 @@ mod tests {
             stress_client(),
             fork_client(),
             bench_client(),
+            nomem_client(),
+            fd_client(),
         ];
         for major in [5, 6, 7] {
             paths.push(fake_dir(major).join(format!("libamdhip64.so.{major}")));

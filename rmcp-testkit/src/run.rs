@@ -175,6 +175,18 @@ impl Run {
     /// Runs the program to completion and collects what it produced.
     pub fn run(mut self) -> Out {
         let o = self.cmd.output().expect("spawn test program");
+        self.collect(o)
+    }
+
+    /// Like [`Run::run`], in a process group of its own with stdin from /dev/null; if it
+    /// has not exited after `limit`, the group is killed and the test fails (a hang).
+    pub fn run_within(mut self, limit: std::time::Duration) -> Out {
+        let o = crate::bounded::output_within(&mut self.cmd, limit)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", self.cmd));
+        self.collect(o)
+    }
+
+    fn collect(self, o: std::process::Output) -> Out {
         let record = std::fs::read_to_string(&self.record).unwrap_or_default();
         let stats = std::fs::read_to_string(&self.stats)
             .ok()
