@@ -155,12 +155,65 @@ const MAX_PROPERTIES_BYTES: u64 = 64 * 1024;
 /// The node properties the shim's classification uses.
 const CLASSIFY_KEYS: &[&str] = &["simd_count", "gfx_target_version", "domain", "location_id"];
 
+/// O_NONBLOCK on the Linux targets where it is 0o4000 (0 elsewhere: the type checks below
+/// are then the only guard). rmcp-core declares no FFI and does not depend on libc; a
+/// test checks the value against libc's.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "powerpc64",
+        target_arch = "s390x",
+        target_arch = "loongarch64"
+    )
+))]
+const O_NONBLOCK: i32 = 0o4000;
+#[cfg(not(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64",
+        target_arch = "powerpc64",
+        target_arch = "s390x",
+        target_arch = "loongarch64"
+    )
+)))]
+const O_NONBLOCK: i32 = 0;
+
+/// Opens a properties file for reading, only if it is a regular file (what sysfs serves).
+/// Anything else (a FIFO, a device) is refused before it is opened: opening a FIFO for
+/// reading waits for a writer, which would hang the first HIP call of the process. The
+/// open itself is non-blocking too, and the type checked again on the open file, in case
+/// the path changed in between.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = || std::io::Error::other("not a regular file");
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
 fn read_properties(
     path: &Path,
     keys: Option<&[&str]>,
     problems: &mut Vec<String>,
 ) -> Option<Properties> {
-    let file = std::fs::File::open(path)
+    let file = open_regular(path)
         .map_err(|e| problems.push(format!("{}: {e}", path.display())))
         .ok()?;
     // sysfs files are at most a page: read them in one or two calls.
@@ -335,6 +388,54 @@ mod tests {
         assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
         let pci = PciAddress::parse("0001:0a:00.0").unwrap();
         assert_eq!(t.gpu_at(pci).unwrap().node, 10);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn mkfifo(p: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path (a test-only dependency on libc).
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+
+    #[test]
+    fn the_nonblocking_flag_is_libcs() {
+        assert_eq!(O_NONBLOCK, libc::O_NONBLOCK);
+    }
+
+    /// A FIFO where a properties file should be (no writer: opening it for reading would
+    /// wait forever) is a problem, not a hang; the rest of the tree is read.
+    #[test]
+    fn fifos_are_refused_without_waiting() {
+        let dir = std::env::temp_dir().join(format!("rmcp-topo-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        write(
+            &dir,
+            "nodes/1/properties",
+            "simd_count 40\ngfx_target_version 100100\ndomain 0\nlocation_id 768\n",
+        );
+        mkfifo(&dir.join("nodes/1/io_links/0/properties"));
+        mkfifo(&dir.join("nodes/2/properties"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = dir.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((Topology::read(&root), Topology::read_gpus(&root)));
+        });
+        let (full, gpus) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("reading a topology with FIFOs hung");
+        for t in [full.unwrap(), gpus.unwrap()] {
+            assert_eq!(t.gpus.len(), 1);
+            assert_eq!(t.gpus[0].gfx.to_string(), "gfx1010");
+            assert!(
+                t.problems
+                    .iter()
+                    .any(|p| p.contains("nodes/2/properties: not a regular file")),
+                "{:?}",
+                t.problems
+            );
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
