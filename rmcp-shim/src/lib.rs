@@ -18,8 +18,9 @@
 //! - `log`: the shim's own log writer; `thread`: per-thread state; `once`: a fork-safe
 //!   once-cell.
 //!
-//! The library's constructor does nothing: no I/O, no dlopen, no HIP call. All work
-//! happens on the first hooked call.
+//! The library's constructor does one thing: an fstat(2) of descriptor 2, so that the log
+//! later writes to stderr only while it is still the process's stderr (`log`). No file is
+//! opened, no dlopen, no HIP call. All other work happens on the first hooked call.
 //!
 //! The crate is also built as an rlib, only because cargo builds a library's cdylib for
 //! integration tests and dependents when it has an rlib as well; the rlib exposes nothing.

@@ -1,33 +1,161 @@
 //! Logging: `tracing` events written as `rmcp[pid] level: message`, one write(2) per line,
-//! to stderr or RMCP_LOG_FILE. The writer takes no lock, so a fork or a signal in the
-//! middle of a log line leaves nothing held. This is the shim's own `tracing` dispatcher: a
-//! host program that uses `tracing` itself keeps its own.
+//! to stderr or RMCP_LOG_FILE. This is the shim's own `tracing` dispatcher: a host program
+//! that uses `tracing` itself keeps its own.
+//!
+//! Never worse than without the shim:
+//! - no lock: a fork or a signal in the middle of a log line leaves nothing held;
+//! - no heap: a line is formatted into a buffer on the stack (cut at [`LINE_MAX`] bytes),
+//!   so logging works, and cannot abort the process, when malloc fails;
+//! - RMCP_LOG_FILE is opened when the first line is written, not before: at a level that
+//!   writes nothing it is never opened. It is opened non-blocking and close-on-exec, and
+//!   moved to a descriptor above 2, so a program that closed stdout or stderr never finds
+//!   the log file on the descriptor it opens next. A line whose write would block (a FIFO
+//!   whose reader is slow) is dropped, never waited for. If it cannot be opened (a FIFO
+//!   with no reader, a directory), one warning says so on stderr and the log goes there;
+//! - stderr is written only while descriptor 2 is the file it was when the library was
+//!   loaded (same device and inode): a program that closed stderr, or put a data file of
+//!   its own on descriptor 2, never gets the shim's lines in it;
+//! - a line that is not written (would block, descriptor 2 replaced, write error) is
+//!   dropped and counted ([`dropped_lines`]).
+//!
+//! Other files the shim writes go through [`write_regular_file`] (the stats report):
+//! non-blocking, regular files only.
 
-use std::fmt;
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::fmt::{self, Write as _};
 use std::io;
 use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
+use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
-use tracing::{Event, Subscriber};
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
-use tracing_subscriber::registry::LookupSpan;
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata, Subscriber, span};
 
 use rmcp_core::config::{Config, LogLevel};
 
-/// Writes each buffer with plain write(2) calls on a file descriptor that stays open.
+/// The longest line written, newline included: at most PIPE_BUF, so that a line written
+/// to a pipe is never interleaved with another process's.
+pub(crate) const LINE_MAX: usize = 4096;
+
+// ---- stderr as the process had it ------------------------------------------------------
+
+/// What descriptor 2 was when the library was loaded.
+const STDERR_UNKNOWN: u8 = 0;
+const STDERR_OPEN: u8 = 1;
+const STDERR_CLOSED: u8 = 2;
+static STDERR_STATE: AtomicU8 = AtomicU8::new(STDERR_UNKNOWN);
+static STDERR_DEV: AtomicU64 = AtomicU64::new(0);
+static STDERR_INO: AtomicU64 = AtomicU64::new(0);
+
+/// (st_dev, st_ino) of an open descriptor; None if it is not open.
+fn identity(fd: RawFd) -> Option<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes at most one `struct stat` into `st`; on failure it writes
+    // nothing and `st` is not read.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Some((st.st_dev, st.st_ino))
+}
+
+/// Records what descriptor 2 is, once per process image.
+fn record_stderr() {
+    if STDERR_STATE.load(Ordering::Acquire) != STDERR_UNKNOWN {
+        return;
+    }
+    match identity(libc::STDERR_FILENO) {
+        Some((dev, ino)) => {
+            STDERR_DEV.store(dev, Ordering::Relaxed);
+            STDERR_INO.store(ino, Ordering::Relaxed);
+            STDERR_STATE.store(STDERR_OPEN, Ordering::Release);
+        }
+        None => STDERR_STATE.store(STDERR_CLOSED, Ordering::Release),
+    }
+}
+
+extern "C" fn record_stderr_at_load() {
+    record_stderr();
+}
+
+/// The library's one piece of work at load: one fstat(2) of descriptor 2, so that later
+/// writes can tell whether it is still the process's stderr. No file is opened.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RECORD_STDERR_AT_LOAD: extern "C" fn() = record_stderr_at_load;
+
+/// Is descriptor 2 still the file it was at load?
+fn stderr_is_the_processs() -> bool {
+    STDERR_STATE.load(Ordering::Acquire) == STDERR_OPEN
+        && identity(libc::STDERR_FILENO)
+            == Some((
+                STDERR_DEV.load(Ordering::Relaxed),
+                STDERR_INO.load(Ordering::Relaxed),
+            ))
+}
+
+// ---- writing -----------------------------------------------------------------------------
+
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Log lines (and stderr reports) not written: the write would have blocked, descriptor 2
+/// was no longer the process's stderr, or the write failed.
+#[allow(dead_code, reason = "for the stats report to show")]
+pub(crate) fn dropped_lines() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Writes all of `buf` to `fd`, retrying after signals; false if any of it was not
+/// written (an error, or a non-blocking descriptor that would block).
+fn write_fd(fd: RawFd, mut buf: &[u8]) -> bool {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for `buf.len()` bytes; writing to a closed or invalid fd
+        // only returns an error.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return false;
+        }
+        if n == 0 {
+            return false;
+        }
+        buf = &buf[n as usize..];
+    }
+    true
+}
+
+/// Writes `buf` to stderr if descriptor 2 is still the process's stderr; otherwise (or if
+/// the write fails) drops it and counts it. True if written.
+pub(crate) fn write_stderr(buf: &[u8]) -> bool {
+    let ok = stderr_is_the_processs() && write_fd(libc::STDERR_FILENO, buf);
+    if !ok {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    ok
+}
+
+/// A descriptor the shim writes to, for `std::io::Write` users (the exit report). On
+/// descriptor 2 it writes only while that is the process's stderr ([`write_stderr`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FdWriter(pub RawFd);
 
 impl io::Write for FdWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is valid for `buf.len()` bytes; writing to a closed or invalid fd
-        // only returns an error.
-        let n = unsafe { libc::write(self.0, buf.as_ptr().cast(), buf.len()) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
+        let ok = if self.0 == libc::STDERR_FILENO {
+            write_stderr(buf)
         } else {
-            Ok(n as usize)
+            write_fd(self.0, buf)
+        };
+        if ok {
+            Ok(buf.len())
+        } else {
+            Err(io::Error::other("not written"))
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -35,27 +163,252 @@ impl io::Write for FdWriter {
     }
 }
 
-impl<'a> MakeWriter<'a> for FdWriter {
-    type Writer = FdWriter;
-    fn make_writer(&'a self) -> FdWriter {
-        *self
+/// `fd` itself if above 2; else a close-on-exec duplicate at 3 or above, and `fd` closed,
+/// so the shim never holds a descriptor the program takes for stdin, stdout or stderr.
+fn above_stdio(fd: RawFd) -> io::Result<RawFd> {
+    if fd > libc::STDERR_FILENO {
+        return Ok(fd);
+    }
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) on a descriptor this function owns.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, libc::STDERR_FILENO + 1) };
+    let err = io::Error::last_os_error();
+    // SAFETY: `fd` was opened by the caller for the shim and is not used again.
+    unsafe { libc::close(fd) };
+    if high < 0 { Err(err) } else { Ok(high) }
+}
+
+/// open(2) with O_NONBLOCK | O_CLOEXEC | O_NOCTTY added (opening a FIFO or a device never
+/// waits), moved above the standard descriptors.
+fn open_nonblocking(path: &CStr, flags: c_int) -> io::Result<RawFd> {
+    let flags = flags | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+    // SAFETY: `path` is NUL-terminated; the mode argument is read only with O_CREAT.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    above_stdio(fd)
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::other("NUL in the path"))
+}
+
+/// Writes `data` to the regular file `path` (created or truncated). A path that names
+/// anything else (a FIFO, a device, a directory) is refused without writing, and no open
+/// or write ever waits.
+pub(crate) fn write_regular_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    let not_regular = || io::Error::other("not a regular file");
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(not_regular());
+    }
+    let fd = open_nonblocking(
+        &c_path(path)?,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+    )?;
+    // SAFETY: `fd` was just opened for the shim; the File owns and closes it.
+    let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    if write_fd(fd, data) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
-/// `rmcp[pid] level: message key=value`.
-struct Prefix;
+// ---- the log's destination ------------------------------------------------------------
 
-impl<S, N> FormatEvent<S, N> for Prefix
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
+/// LOG_FD: stderr, or RMCP_LOG_FILE not yet opened, or the log file's descriptor (>= 3).
+const TO_STDERR: RawFd = -1;
+const NOT_OPENED: RawFd = -2;
+static LOG_FD: AtomicI32 = AtomicI32::new(TO_STDERR);
+/// RMCP_LOG_FILE, kept for the first line written (leaked once).
+static LOG_PATH: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Where lines go: the log file's descriptor, or TO_STDERR. Opens the log file on the
+/// first call.
+fn destination() -> RawFd {
+    match LOG_FD.load(Ordering::Acquire) {
+        NOT_OPENED => open_log_file(),
+        fd => fd,
+    }
+}
+
+#[cold]
+fn open_log_file() -> RawFd {
+    let path = LOG_PATH.load(Ordering::Acquire);
+    if path.is_null() {
+        return TO_STDERR;
+    }
+    // SAFETY: LOG_PATH holds a leaked CString, never freed.
+    let path = unsafe { CStr::from_ptr(path) };
+    match open_nonblocking(path, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT) {
+        Ok(fd) => {
+            match LOG_FD.compare_exchange(NOT_OPENED, fd, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => fd,
+                Err(other) => {
+                    // Another thread opened it first.
+                    // SAFETY: `fd` is this thread's, unused.
+                    unsafe { libc::close(fd) };
+                    other
+                }
+            }
+        }
+        Err(e) => {
+            if LOG_FD
+                .compare_exchange(NOT_OPENED, TO_STDERR, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                let mut line = Line::new("warn");
+                let _ = write!(
+                    line,
+                    "RMCP_LOG_FILE {}: {e}; logging to stderr instead",
+                    path.to_string_lossy()
+                );
+                write_stderr(line.finish());
+            }
+            TO_STDERR
+        }
+    }
+}
+
+fn emit(line: &[u8]) {
+    match destination() {
+        TO_STDERR => {
+            write_stderr(line);
+        }
+        fd => {
+            if !write_fd(fd, line) {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+// ---- formatting --------------------------------------------------------------------------
+
+/// One line, formatted on the stack; what does not fit is cut, and the cut marked.
+struct Line {
+    buf: [u8; LINE_MAX],
+    len: usize,
+    cut: bool,
+}
+
+/// Room kept at the end for the cut mark and the newline.
+const TAIL: &[u8] = " [...]\n".as_bytes();
+
+impl Line {
+    /// `rmcp[pid] level: `
+    fn new(level: &str) -> Line {
+        let mut line = Line {
+            buf: [0; LINE_MAX],
+            len: 0,
+            cut: false,
+        };
+        let _ = write!(line, "rmcp[{}] {level}: ", std::process::id());
+        line
+    }
+
+    /// The line with its newline.
+    fn finish(&mut self) -> &[u8] {
+        let tail: &[u8] = if self.cut { TAIL } else { b"\n" };
+        self.buf[self.len..self.len + tail.len()].copy_from_slice(tail);
+        &self.buf[..self.len + tail.len()]
+    }
+}
+
+impl fmt::Write for Line {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = LINE_MAX - TAIL.len() - self.len;
+        let mut n = s.len();
+        if n > room {
+            self.cut = true;
+            n = room;
+            while !s.is_char_boundary(n) {
+                n -= 1;
+            }
+        }
+        // Newlines inside a message would break the one-event-per-line format.
+        for (dst, b) in self.buf[self.len..self.len + n].iter_mut().zip(s.bytes()) {
+            *dst = if b == b'\n' { b' ' } else { b };
+        }
+        self.len += n;
+        Ok(())
+    }
+}
+
+struct Fields<'a>(&'a mut Line);
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            let _ = self.0.write_str(value);
+        } else {
+            let _ = write!(self.0, " {}={value}", field.name());
+        }
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+}
+
+// ---- the dispatcher ------------------------------------------------------------------------
+
+/// The level set by `init`: LevelFilter as 0 (off) to 5 (trace).
+static MAX_LEVEL: AtomicU8 = AtomicU8::new(0);
+
+fn max_level() -> LevelFilter {
+    match MAX_LEVEL.load(Ordering::Relaxed) {
+        0 => LevelFilter::OFF,
+        1 => LevelFilter::ERROR,
+        2 => LevelFilter::WARN,
+        3 => LevelFilter::INFO,
+        4 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    }
+}
+
+fn level_number(level: LogLevel) -> u8 {
+    match level {
+        LogLevel::Off => 0,
+        LogLevel::Error => 1,
+        LogLevel::Warn => 2,
+        LogLevel::Info => 3,
+        LogLevel::Debug => 4,
+        LogLevel::Trace => 5,
+    }
+}
+
+/// The shim's `tracing` subscriber: events only (the shim opens no span), written by
+/// [`emit`]. The level is fixed before it is installed, so each callsite's interest is
+/// decided once, and a disabled event costs tracing's own static check.
+struct Logger;
+
+impl Subscriber for Logger {
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if self.enabled(metadata) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        *metadata.level() <= max_level()
+    }
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(max_level())
+    }
+    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        span::Id::from_u64(1)
+    }
+    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+    fn event(&self, event: &Event<'_>) {
         let level = match *event.metadata().level() {
             tracing::Level::ERROR => "error",
             tracing::Level::WARN => "warn",
@@ -63,62 +416,97 @@ where
             tracing::Level::DEBUG => "debug",
             tracing::Level::TRACE => "trace",
         };
-        write!(writer, "rmcp[{}] {level}: ", std::process::id())?;
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
+        let mut line = Line::new(level);
+        event.record(&mut Fields(&mut line));
+        emit(line.finish());
     }
+    fn enter(&self, _: &span::Id) {}
+    fn exit(&self, _: &span::Id) {}
 }
 
-fn filter(level: LogLevel) -> LevelFilter {
-    match level {
-        LogLevel::Off => LevelFilter::OFF,
-        LogLevel::Error => LevelFilter::ERROR,
-        LogLevel::Warn => LevelFilter::WARN,
-        LogLevel::Info => LevelFilter::INFO,
-        LogLevel::Debug => LevelFilter::DEBUG,
-        LogLevel::Trace => LevelFilter::TRACE,
-    }
-}
-
-/// Opens `path` for appending, close-on-exec.
-pub(crate) fn open_append(path: &std::path::Path) -> io::Result<RawFd> {
-    use std::os::fd::IntoRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)?;
-    Ok(f.into_raw_fd())
-}
-
-/// Installs the shim's logger. Returns a warning to log when RMCP_LOG_FILE could not be
-/// opened (the log then goes to stderr).
+/// Installs the shim's logger. RMCP_LOG_FILE is opened when the first line is written;
+/// if that fails, that line says so (on stderr). Returns None: nothing is left for the
+/// caller to log (the return is kept for the caller's shape).
 pub(crate) fn init(cfg: &Config) -> Option<String> {
-    let mut warning = None;
-    let fd = match &cfg.log_file {
-        None => libc::STDERR_FILENO,
-        Some(p) => match open_append(p) {
-            Ok(fd) => fd,
-            Err(e) => {
-                warning = Some(format!(
-                    "RMCP_LOG_FILE {}: {e}; logging to stderr instead",
-                    p.display()
-                ));
-                libc::STDERR_FILENO
-            }
-        },
-    };
-    let subscriber = tracing_subscriber::fmt::Subscriber::builder()
-        .with_max_level(filter(cfg.log))
-        .with_writer(FdWriter(fd))
-        // A log line that cannot be written is dropped: never a report of that on stderr
-        // (a full disk would get two lines per event).
-        .log_internal_errors(false)
-        .event_format(Prefix)
-        .finish();
+    record_stderr();
+    MAX_LEVEL.store(level_number(cfg.log), Ordering::Relaxed);
+    if let Some(p) = &cfg.log_file {
+        if let Ok(c) = c_path(p) {
+            LOG_PATH.store(c.into_raw(), Ordering::Release);
+            LOG_FD.store(NOT_OPENED, Ordering::Release);
+        }
+    }
     // Fails only if a dispatcher is already set in this copy of `tracing` (a second init).
-    let _ = tracing::subscriber::set_global_default(subscriber);
-    warning
+    let _ = tracing::subscriber::set_global_default(Logger);
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(line: &mut Line) -> String {
+        String::from_utf8(line.finish().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn lines_are_prefixed_and_newline_free() {
+        let mut l = Line::new("warn");
+        write!(l, "two\nlines").unwrap();
+        let t = text(&mut l);
+        assert_eq!(t, format!("rmcp[{}] warn: two lines\n", std::process::id()));
+    }
+
+    #[test]
+    fn long_lines_are_cut_at_a_char_boundary_and_marked() {
+        let mut l = Line::new("info");
+        for _ in 0..LINE_MAX {
+            write!(l, "é").unwrap();
+        }
+        let t = text(&mut l);
+        assert!(t.len() <= LINE_MAX, "{}", t.len());
+        assert!(t.ends_with(" [...]\n"), "{}", &t[t.len() - 20..]);
+        assert!(t.starts_with("rmcp["));
+    }
+
+    #[test]
+    fn a_regular_file_only() {
+        let dir = std::env::temp_dir().join(format!("rmcp-log-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("report.json");
+        write_regular_file(&f, b"{}\n").unwrap();
+        write_regular_file(&f, b"[]\n").unwrap();
+        assert_eq!(
+            std::fs::read(&f).unwrap(),
+            b"[]\n",
+            "truncated, not appended"
+        );
+        assert!(write_regular_file(&dir, b"x").is_err(), "a directory");
+        assert!(
+            write_regular_file(Path::new("/dev/null"), b"x").is_err(),
+            "a device"
+        );
+        let fifo = dir.join("fifo");
+        let c = c_path(&fifo).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(
+            write_regular_file(&fifo, b"x").is_err(),
+            "a FIFO, and no wait"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn descriptors_are_moved_above_stdio() {
+        // A descriptor at 0..=2 cannot be made safely in a test binary that shares them;
+        // one above 2 is kept as it is.
+        let fd = open_nonblocking(c"/dev/null", libc::O_WRONLY).unwrap();
+        assert!(fd > 2);
+        // SAFETY: fcntl(F_GETFD) on the descriptor just opened.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_ne!(flags & libc::FD_CLOEXEC, 0);
+        // SAFETY: closing the descriptor just opened.
+        unsafe { libc::close(fd) };
+    }
 }

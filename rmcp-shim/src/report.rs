@@ -252,7 +252,7 @@ fn write_report() {
     if let Some(template) = &g.config.stats_file {
         let path = stats_path(template, report.pid);
         let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
-        if let Err(e) = std::fs::write(&path, &json) {
+        if let Err(e) = crate::log::write_regular_file(&path, json.as_bytes()) {
             // Written directly, in the logger's format: at exit the logger's thread-local
             // state may already be destroyed, and that must not cost the report.
             if g.config.log >= rmcp_core::config::LogLevel::Warn {
