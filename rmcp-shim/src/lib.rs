@@ -15,6 +15,7 @@
 //! - `state`: the shared lazy stages (configuration, device picture);
 //! - `devices`: a runtime's answers about its devices, over FFI;
 //! - `stats`: the per-hook counters; `report`: the banner and the exit report;
+//! - `alloc`: the shim's heap, with an emergency arena when malloc fails;
 //! - `log`: the shim's own log writer; `thread`: per-thread state; `once`: a fork-safe
 //!   once-cell.
 //!
@@ -25,6 +26,7 @@
 //! The crate is also built as an rlib, only because cargo builds a library's cdylib for
 //! integration tests and dependents when it has an rlib as well; the rlib exposes nothing.
 
+mod alloc;
 mod binding;
 mod copies;
 mod devices;

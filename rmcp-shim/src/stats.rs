@@ -6,7 +6,6 @@
 //! docs/performance.md), and no two threads write the same cache line. Past `SLOTS` live
 //! threads, further threads share a few slots with atomic adds. A report sums the slots.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use serde::Serialize;
@@ -56,23 +55,49 @@ static COUNTERS: [Slot; SLOTS + SHARED] =
 static OWNED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
 static NEXT_SHARED: AtomicUsize = AtomicUsize::new(0);
 
-/// Gives the thread's slot back when the thread exits.
-struct Release(Cell<usize>);
+/// The pthread key whose destructor gives a thread's slot back when the thread exits;
+/// NO_KEY until the first claim creates it.
+///
+/// A key, not a Rust `thread_local!` with a destructor: registering such a destructor makes
+/// glibc allocate (`__cxa_thread_atexit_impl`), and glibc ends the process when that
+/// allocation fails ("failed to register TLS destructor"). A key's value needs no
+/// allocation for the first 32 keys of a process, and where it does, a failure is an error
+/// code: that thread then keeps its slot (counts are never lost, at worst a slot is).
+static RELEASE_KEY: AtomicUsize = AtomicUsize::new(NO_KEY);
+const NO_KEY: usize = usize::MAX;
 
-impl Drop for Release {
-    fn drop(&mut self) {
-        let slot = self.0.get();
-        if slot < SLOTS {
-            // Calls this thread still makes (from later thread-local destructors) go to a
-            // shared slot; the next owner of this one sees every count written so far.
-            crate::thread::with(|t| t.set_slot(SLOTS));
-            OWNED[slot].store(false, Ordering::Release);
-        }
+/// At thread exit (the key's value is the slot + 1).
+extern "C" fn release(value: *mut libc::c_void) {
+    let slot = (value as usize).wrapping_sub(1);
+    if slot < SLOTS {
+        // Calls this thread still makes (from destructors that run later) go to a shared
+        // slot; the next owner of this one sees every count written so far.
+        crate::thread::with(|t| t.set_slot(SLOTS));
+        OWNED[slot].store(false, Ordering::Release);
     }
 }
 
-thread_local! {
-    static RELEASE: Release = const { Release(Cell::new(usize::MAX)) };
+/// The release key, created on first use; None if the process has no key left.
+fn release_key() -> Option<libc::pthread_key_t> {
+    let key = RELEASE_KEY.load(Ordering::Acquire);
+    if key != NO_KEY {
+        return Some(key as libc::pthread_key_t);
+    }
+    let mut new: libc::pthread_key_t = 0;
+    // SAFETY: `new` is a valid out-pointer; `release` is an `extern "C"` function of this
+    // library, which is never unloaded.
+    if unsafe { libc::pthread_key_create(&mut new, Some(release)) } != 0 {
+        return None;
+    }
+    match RELEASE_KEY.compare_exchange(NO_KEY, new as usize, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(new),
+        Err(theirs) => {
+            // Another thread created one first: use that, give this one back.
+            // SAFETY: `new` was created above and no thread has a value for it.
+            unsafe { libc::pthread_key_delete(new) };
+            Some(theirs as libc::pthread_key_t)
+        }
+    }
 }
 
 /// Claims a free slot for the calling thread, or a shared one.
@@ -82,9 +107,12 @@ pub(crate) fn claim_slot() -> usize {
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
-            // Registers the release at thread exit. A thread already past its thread-local
-            // destructors keeps the slot: counts are never lost, at worst a slot is.
-            let _ = RELEASE.try_with(|r| r.0.set(i));
+            if let Some(key) = release_key() {
+                // SAFETY: a key of this process; the value is an integer, never
+                // dereferenced. A failure (no memory for the key's block) only means the
+                // slot is not given back.
+                unsafe { libc::pthread_setspecific(key, (i + 1) as *const libc::c_void) };
+            }
             return i;
         }
     }
