@@ -317,12 +317,24 @@ fn read<T: Value>(
     let value = T::parse(&text);
     if value.is_none() {
         warnings.push(format!(
-            "{name}={:?} is not one of: {}; using the default",
-            text.trim(),
+            "{name}={} is not one of: {}; using the default",
+            quoted(text.trim()),
             T::ACCEPTED
         ));
     }
     value
+}
+
+/// How many characters of a bad value a warning quotes.
+const QUOTED_CHARS: usize = 64;
+
+/// `text` quoted (Rust string escapes) for a warning: whole up to [`QUOTED_CHARS`]
+/// characters, else its first ones and `… (N bytes)`.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &text[..cut], text.len()),
+    }
 }
 
 impl Default for Config {
@@ -444,6 +456,45 @@ mod tests {
                 ..c.clone()
             };
             assert_eq!(d, cfg(&[], false), "{name}={value} did not fall back");
+        }
+    }
+
+    /// A bad value is quoted up to its first 64 characters, then `… (N bytes)`: a value of
+    /// 120 KB must not become a 120 KB warning.
+    #[test]
+    fn warnings_quote_at_most_64_characters() {
+        let x64 = "x".repeat(64);
+        let e64 = "é".repeat(64);
+        // (value, how the warning starts)
+        let table: Vec<(String, String)> = vec![
+            (
+                "sometimes".into(),
+                r#"RMCP_MODE="sometimes" is not one of"#.into(),
+            ),
+            (x64.clone(), format!(r#"RMCP_MODE="{x64}" is not one of"#)),
+            (
+                "x".repeat(65),
+                format!(r#"RMCP_MODE="{x64}"… (65 bytes) is not one of"#),
+            ),
+            (
+                "x".repeat(120 * 1024),
+                format!(r#"RMCP_MODE="{x64}"… (122880 bytes) is not one of"#),
+            ),
+            (
+                "é".repeat(100),
+                format!(r#"RMCP_MODE="{e64}"… (200 bytes) is not one of"#),
+            ),
+            (
+                "a\u{1}b".into(),
+                r#"RMCP_MODE="a\u{1}b" is not one of"#.into(),
+            ),
+        ];
+        for (value, start) in &table {
+            let c = cfg(&[("RMCP_MODE", value)], false);
+            assert_eq!(c.warnings.len(), 1);
+            let w = &c.warnings[0];
+            assert!(w.starts_with(start.as_str()), "{value:.80}: {w:.300}");
+            assert!(w.len() < 300, "{} bytes", w.len());
         }
     }
 
