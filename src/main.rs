@@ -14,8 +14,17 @@
 //!   rmcp, `../lib/`);
 //! - `build_info`: the version and the commit rmcp was built from (`--version`, doctor).
 //!
+//! Start-up: `main` is a C `main` (`#![no_main]`), so the Rust runtime's start-up does not
+//! run. That start-up ignores SIGPIPE and opens /dev/null on closed descriptors 0-2, and
+//! `rmcp run` promises the command the process state its parent left: for `run`, nothing
+//! is changed; every other command gets what Rust's start-up would have done
+//! ([`start_as_rust_does`]).
+//!
 //! The GPU facts come from the shim's own code (`rmcp_shim::topology`,
 //! `rmcp_shim::config`) through its rlib, so the CLI and the shim cannot disagree.
+
+// The test harness brings its own main.
+#![cfg_attr(not(test), no_main)]
 
 mod build_info;
 mod doctor;
@@ -23,8 +32,6 @@ mod field_check;
 mod install;
 mod preload;
 mod run;
-
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -55,11 +62,90 @@ enum Command {
     Check(field_check::CheckArgs),
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Run(args) => ExitCode::from(run::run(args)),
-        Command::Doctor(args) => ExitCode::from(doctor::main(args)),
-        Command::Check(args) => ExitCode::from(field_check::main(args)),
+/// The entry point (not in the unit-test binary, whose main is libtest's) and the start-up.
+mod startup {
+    use super::{Cli, Command, doctor, field_check, run};
+    use clap::Parser;
+
+    /// The process's entry point, called by the C runtime (glibc's `__libc_start_main`): the
+    /// Rust runtime's start-up is skipped. std still works: it takes argv from glibc's
+    /// `.init_array` call and needs no other initialisation.
+    #[cfg(not(test))]
+    #[unsafe(no_mangle)]
+    extern "C" fn main(
+        _argc: std::ffi::c_int,
+        _argv: *const *const std::ffi::c_char,
+    ) -> std::ffi::c_int {
+        // A panic must not unwind into C: report it as Rust's runtime does (the panic hook has
+        // printed it), with status 101.
+        let status = std::panic::catch_unwind(rmcp_main).unwrap_or(101);
+        // process::exit flushes stdout (std's runtime would have at the end of main).
+        std::process::exit(i32::from(status))
+    }
+
+    #[cfg_attr(test, allow(dead_code))]
+    fn rmcp_main() -> u8 {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        if args.get(1).is_some_and(|a| a == "run") {
+            hold_closed_stdio();
+        } else {
+            start_as_rust_does();
+        }
+        let cli = Cli::parse_from(args);
+        match cli.command {
+            Command::Run(args) => run::run(args),
+            Command::Doctor(args) => doctor::main(args),
+            Command::Check(args) => field_check::main(args),
+        }
+    }
+
+    /// The closed ones of descriptors 0-2.
+    fn closed_stdio() -> Vec<std::ffi::c_int> {
+        (0..=2)
+            .filter(|&fd| {
+                // SAFETY: fcntl(F_GETFD) only reads the descriptor's flags.
+                let r = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+                r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
+            })
+            .collect()
+    }
+
+    /// Opens /dev/null on each closed descriptor of 0-2, in order (open(2) takes the lowest
+    /// free one), with `flags` added. Returns false if one could not be opened there.
+    fn fill_closed_stdio(flags: std::ffi::c_int) -> bool {
+        for fd in closed_stdio() {
+            // SAFETY: a NUL-terminated path; the descriptor is checked and kept or closed.
+            let got = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | flags) };
+            if got != fd {
+                if got >= 0 {
+                    // SAFETY: the descriptor just opened, not the one wanted.
+                    unsafe { libc::close(got) };
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// What the Rust runtime's start-up does on Linux, for the commands other than `run`:
+    /// /dev/null on closed descriptors 0-2 (so a file rmcp opens never becomes its stdout),
+    /// and SIGPIPE ignored (a closed pipe is an error rmcp reports, not a signal that kills
+    /// it). Like Rust's runtime, a descriptor that cannot be filled ends the process.
+    fn start_as_rust_does() {
+        if !fill_closed_stdio(0) {
+            std::process::abort();
+        }
+        // SAFETY: setting a signal's disposition to SIG_IGN; no handler is involved.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    }
+
+    /// For `run`: each closed descriptor of 0-2 is held by /dev/null, close-on-exec, while rmcp
+    /// runs, so that no file rmcp opens lands there and takes rmcp's writes meant for stdout or
+    /// stderr; at exec they close again and the command gets them closed, as its parent left
+    /// them. SIGPIPE is left as the parent left it (exec keeps an ignored signal ignored).
+    fn hold_closed_stdio() {
+        // Best effort: a descriptor that cannot be held stays closed, which is what the
+        // command is to get anyway.
+        let _ = fill_closed_stdio(libc::O_CLOEXEC);
     }
 }

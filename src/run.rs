@@ -1,12 +1,12 @@
 //! `rmcp run`: find the shim, put it first in LD_PRELOAD, set the RMCP_* variables the
 //! options ask for, and exec the command (no fork, no shell), so that its exit status and
-//! signals are its own.
+//! signals are its own. The command gets the process state the parent left: main.rs skips
+//! the Rust runtime's start-up for `run` (SIGPIPE, closed descriptors), and the exec is
+//! execvpe(3), not std's (which resets SIGPIPE and the signal mask).
 
 use std::ffi::OsString;
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use rmcp_core::config::{Choice, Finegrained, LogLevel, Mode, parse_targets};
@@ -164,25 +164,67 @@ pub fn run(args: RunArgs) -> u8 {
         Err(status) => return status,
     };
 
-    let (program, rest) = args.command.split_first().expect("clap requires a command");
-    let mut cmd = Command::new(program);
-    cmd.args(rest);
+    let (program, _) = args.command.split_first().expect("clap requires a command");
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let mut set = |k: &str, v: OsString| {
+        env.retain(|(name, _)| name != k);
+        env.push((k.into(), v));
+    };
     for (k, v) in preload::command_env(
         &shim,
         std::env::var_os("LD_PRELOAD").as_deref(),
         std::env::var_os("ASAN_OPTIONS").as_deref(),
     ) {
-        cmd.env(k, v);
+        set(k, v);
     }
     for (k, v) in option_env(&args) {
-        cmd.env(k, v);
+        set(k, v);
     }
-    // exec only returns on failure. std resets SIGPIPE to its default before exec, so the
-    // command does not inherit Rust's "ignore SIGPIPE".
-    let err = cmd.exec();
+    let err = exec(&args.command, &env);
     let name = program.to_string_lossy();
     eprintln!("rmcp: {name}: {err}");
     exec_error_status(&err)
+}
+
+/// execvpe(3): replaces this process with `argv[0]` (searched in PATH as execvp does) and
+/// `env`; returns only the error. Not std's `Command::exec`: that sets SIGPIPE back to its
+/// default and empties the signal mask before exec, and the command is to get both as the
+/// parent left them.
+fn exec(argv: &[OsString], env: &[(OsString, OsString)]) -> io::Error {
+    use std::ffi::CString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let c = |b: Vec<u8>| CString::new(b).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let argv: Vec<CString> = match argv.iter().map(|a| c(a.as_bytes().to_vec())).collect() {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    let envp: Vec<CString> = match env
+        .iter()
+        .map(|(k, v)| {
+            let mut kv = k.clone().into_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            c(kv)
+        })
+        .collect()
+    {
+        Ok(v) => v,
+        Err(e) => return e,
+    };
+    let argv_ptrs: Vec<*const libc::c_char> = argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp_ptrs: Vec<*const libc::c_char> = envp
+        .iter()
+        .map(|e| e.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // SAFETY: both arrays are NULL-terminated arrays of NUL-terminated strings that outlive
+    // the call; execvpe returns only on failure.
+    unsafe { libc::execvpe(argv_ptrs[0], argv_ptrs.as_ptr(), envp_ptrs.as_ptr()) };
+    io::Error::last_os_error()
 }
 
 /// env(1)'s statuses: 127 when the command was not found, 126 when it could not be run.
