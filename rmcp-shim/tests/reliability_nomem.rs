@@ -127,6 +127,7 @@ fn the_heap_running_out_anywhere_in_the_first_call_is_not_fatal() {
         counted.assert_success();
         let (total, _) = allocations(&counted);
         assert!(total > 0, "RMCP_LOG={level}: the shim allocated nothing?");
+        eprintln!("RMCP_LOG={level}: {total} allocations in the first calls and at exit");
         for n in 0..=total {
             let s = steps(&[&[&format!("arm:{n}")], FIRST]);
             let with = nomem(true, level, &s);
@@ -150,5 +151,5 @@ fn the_heap_running_out_anywhere_in_the_first_call_is_not_fatal() {
             runs += 1;
         }
     }
-    eprintln!("{runs} runs, the heap running out at each point of the first call");
+    eprintln!("{runs} runs, the heap running out at each point of the first calls and the exit");
 }
