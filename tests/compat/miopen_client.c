@@ -6,10 +6,12 @@
  *   miopen_client [--hip] [LIB]   LIB defaults to libMIOpen.so.1
  *
  * miopenCreate fails before any allocation when there is no GPU, so the shim would never
- * be asked for anything. With --hip the client then calls hipHostMalloc(4096, 0) through
- * the global scope (dlsym(RTLD_DEFAULT)): with the shim preloaded that is the shim's,
- * which then attaches to the runtime already mapped, the one MIOpen brought in (the
- * runtime itself is not in the global scope: MIOpen was loaded RTLD_LOCAL).
+ * be asked for anything. With --hip the client then calls hipHostMalloc(4096, 0) looked
+ * up on MIOpen's handle (dlsym(lib, ...) searches MIOpen and its dependencies, among them
+ * the runtime MIOpen brought in): with the shim preloaded the lookup hands back the
+ * shim's function, which forwards to that runtime. (dlsym(RTLD_DEFAULT) from the program
+ * finds no hipHostMalloc, with or without the shim: MIOpen was loaded RTLD_LOCAL, so the
+ * runtime is not in the global scope.)
  *
  * Prints:
  *   miopenCreate status=N handle=0|1
@@ -98,7 +100,7 @@ int main(int argc, char **argv)
     if (status == 0 && handle != NULL && destroy != NULL)
         destroy(handle);
     if (hip) {
-        host_malloc_fn hm = (host_malloc_fn)dlsym(RTLD_DEFAULT, "hipHostMalloc");
+        host_malloc_fn hm = (host_malloc_fn)dlsym(lib, "hipHostMalloc");
         if (hm == NULL) {
             printf("hipHostMalloc none\n");
         } else {
