@@ -80,6 +80,10 @@ const STEPS: &[Step] = &[
         0x1000_0000,
     ),
     same("hipHostMalloc:4096:0x100", "hipHostMalloc", 0x100),
+    // Portable and WriteCombined alone: the runtime already makes them non-coherent.
+    same("hipHostMalloc:4096:0x1", "hipHostMalloc", 0x1),
+    same("hipHostMalloc:4096:0x4", "hipHostMalloc", 0x4),
+    same("hipHostMalloc:4096:0x5", "hipHostMalloc", 0x5),
     step(
         "hipMemAllocHost:4096",
         Class::Host,
@@ -99,6 +103,8 @@ const STEPS: &[Step] = &[
         ("hipHostAlloc", 0x6),
     ),
     same("hipHostAlloc:4096:0x40000000", "hipHostAlloc", 0x4000_0000),
+    same("hipHostAlloc:4096:0x1", "hipHostAlloc", 0x1),
+    same("hipHostAlloc:4096:0x4", "hipHostAlloc", 0x4),
     step(
         "hipExtMallocWithFlags:4096:1",
         Class::Device,
@@ -336,6 +342,54 @@ fn host_alloc_follows_the_runtime_version() {
             ("hipHostAlloc".to_string(), 2)
         };
         assert_eq!(out.allocs(), [want], "version {version}");
+    }
+}
+
+/// The runtime's HIP_HOST_COHERENT, read as the runtime reads it (atoi, non-zero), makes a
+/// request without a coherence flag coherent: then Portable and WriteCombined are rewritten
+/// too, and counted.
+#[test]
+fn hip_host_coherent_makes_portable_and_write_combined_coherent() {
+    let steps = [
+        "hipHostMalloc:4096:0x1",
+        "hipHostMalloc:4096:0x4",
+        "hipHostAlloc:4096:0x1",
+        "hipHostMalloc:4096:0x80000001",
+    ];
+    for (value, on) in [
+        (None, false),
+        (Some("0"), false),
+        (Some("true"), false),
+        (Some(""), false),
+        (Some("1"), true),
+        (Some(" -1"), true),
+        (Some("2x"), true),
+    ] {
+        let mut run = Run::probe(6).mode("force").args(steps);
+        if let Some(v) = value {
+            run = run.env("HIP_HOST_COHERENT", v);
+        }
+        let out = run.run();
+        out.assert_success();
+        let want: Vec<(String, u32)> = if on {
+            vec![
+                ("hipHostMalloc".into(), NC | 0x1),
+                ("hipHostMalloc".into(), NC | 0x4),
+                ("hipHostMalloc".into(), NC | 0x1),
+                ("hipHostMalloc".into(), NC | 0x1),
+            ]
+        } else {
+            vec![
+                ("hipHostMalloc".into(), 0x1),
+                ("hipHostMalloc".into(), 0x4),
+                ("hipHostAlloc".into(), 0x1),
+                ("hipHostMalloc".into(), NC | 0x1),
+            ]
+        };
+        assert_eq!(out.allocs(), want, "HIP_HOST_COHERENT={value:?}");
+        let n = u64::from(on);
+        assert_eq!(out.stat("hipHostMalloc", "rewritten"), 2 * n, "{value:?}");
+        assert_eq!(out.stat("hipHostAlloc", "rewritten"), n, "{value:?}");
     }
 }
 
