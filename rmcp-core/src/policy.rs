@@ -176,7 +176,9 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         | Hook::HipHostRegister
         | Hook::HipMallocAsync
         | Hook::HipMallocFromPoolAsync
-        | Hook::HipGetProcAddress => None,
+        | Hook::HipGetProcAddress
+        | Hook::HipGetDriverEntryPoint
+        | Hook::HipGetDriverEntryPointSpt => None,
     };
     match candidate {
         None => Decision::Unchanged,
@@ -431,6 +433,8 @@ mod tests {
         (Hook::HipMallocAsync, 0, true, true, Unchanged),
         (Hook::HipMallocFromPoolAsync, 0, true, true, Unchanged),
         (Hook::HipGetProcAddress, 0, true, true, Unchanged),
+        (Hook::HipGetDriverEntryPoint, 0, true, true, Unchanged),
+        (Hook::HipGetDriverEntryPointSpt, 0, true, true, Unchanged),
     ];
 
     fn facts(host: bool, device: bool, exempt: bool) -> Fixed {

@@ -194,7 +194,7 @@ macro_rules! exports {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             // SAFETY: the caller's own arguments, which the runtime just
                             // accepted.
-                            unsafe { substitute_proc_address($sym, $pfn, ret) }
+                            unsafe { substitute_proc_address(Hook::$variant, $sym, $pfn, ret) }
                         }));
                     } )?
                     rc

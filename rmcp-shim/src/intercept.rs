@@ -247,15 +247,16 @@ fn missing(hook: Hook, why: &str) {
     }
 }
 
-/// After a successful hipGetProcAddress for a hooked name that returned a runtime's own
-/// function, hand the caller the shim's function instead, and make the caller's calls
-/// through it reach the function the runtime gave (`binding::record`). `ret` names the
-/// caller.
+/// After a successful hipGetProcAddress or hipGetDriverEntryPoint (`resolver`) for a hooked
+/// name that returned a runtime's own function, hand the caller the shim's function instead,
+/// and make the caller's calls through it reach the function the runtime gave
+/// (`binding::record`). `ret` names the caller.
 ///
 /// # Safety
 /// `symbol` is null or a NUL-terminated string; `pfn` is null or valid for reads and
-/// writes of one pointer (the caller's arguments to hipGetProcAddress).
+/// writes of one pointer (the caller's arguments to the resolver).
 pub(crate) unsafe fn substitute_proc_address(
+    resolver: Hook,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     ret: usize,
@@ -283,7 +284,8 @@ pub(crate) unsafe fn substitute_proc_address(
     // SAFETY: per this function's contract; the runtime succeeded and wrote `*pfn`.
     unsafe { *pfn = crate::exports::own_address(hook) as *mut c_void };
     tracing::debug!(
-        "hipGetProcAddress({}): handing back rmcp's function",
+        "{}({}): handing back rmcp's function",
+        resolver.name(),
         hook.name()
     );
 }

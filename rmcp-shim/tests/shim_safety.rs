@@ -242,7 +242,7 @@ fn stats_agree_with_the_runtime_record() {
     assert_eq!(s["rmcp"], env!("CARGO_PKG_VERSION"));
     assert_eq!(
         s["calls"].as_object().unwrap().len(),
-        11,
+        rmcp_core::registry::Hook::COUNT,
         "every hook is reported"
     );
 }

@@ -181,6 +181,19 @@ macro_rules! hooked_functions {
                 (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
                  hip_version: ::core::ffi::c_int, flags: u64, status: *mut ::core::ffi::c_int)
                 => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
+            /// Since hip_7.1. Resolves names as hipGetProcAddress does (dlsym on the runtime's
+            /// own handle, trying `NAME_spt` first for hipEnablePerThreadDefaultStream).
+            /// `status` is a `hipDriverEntryPointQueryResult*`.
+            hipGetDriverEntryPoint = HipGetDriverEntryPoint
+                (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
+                 flags: ::core::ffi::c_ulonglong, status: *mut ::core::ffi::c_int)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
+            /// Since hip_7.1: what hipGetDriverEntryPoint becomes in code built with
+            /// per-thread default streams (`amd_hip_runtime_pt_api.h`).
+            hipGetDriverEntryPoint_spt = HipGetDriverEntryPointSpt
+                (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
+                 flags: ::core::ffi::c_ulonglong, status: *mut ::core::ffi::c_int)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
         }
     };
 }
@@ -308,5 +321,6 @@ mod tests {
         assert_eq!(api.address_of("hipHostMalloc"), None);
         assert_eq!(api.address_of("notAHipName"), None);
         assert!(HipApi::NAMES.contains(&"hipGetProcAddress"));
+        assert!(HipApi::NAMES.contains(&"hipGetDriverEntryPoint"));
     }
 }

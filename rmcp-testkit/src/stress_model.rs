@@ -258,11 +258,12 @@ pub fn check(
         assert_eq!(&got, want, "stats for {func} (report: {stats})");
         fallbacks += got.fallbacks;
     }
-    assert_eq!(
-        expected_stats.len(),
-        stats["calls"].as_object().unwrap().len(),
-        "every hook was called"
-    );
+    // Every hook the client calls is in the model; the others were not called.
+    for (func, counts) in stats["calls"].as_object().unwrap() {
+        if !expected_stats.contains_key(func.as_str()) {
+            assert_eq!(counts["calls"], 0, "{func} was called (report: {stats})");
+        }
+    }
     // Faults injected: runtime answers other than success.
     let faults = runtime
         .iter()
