@@ -21,6 +21,8 @@
  *   procaddr:NAME                hipGetProcAddress(NAME), compared with dlsym
  *   entrypoint:NAME[:FLAGS]      hipGetDriverEntryPoint(NAME, FLAGS), compared with dlsym
  *   entrypoint_spt:NAME          hipGetDriverEntryPoint_spt(NAME, 0) (per-thread streams)
+ *   memcreate:SIZE:LOC           hipMemCreate(SIZE) with a pinned hipMemAllocationProp at
+ *                                location type LOC (1 device, 2 host; id 0), then release
  *   device:N                     hipSetDevice(N)
  *   rtldnext                     is dlsym(RTLD_NEXT, "hipHostMalloc") non-NULL?
  *   maps                         libamdhip64* files mapped in this process
@@ -54,6 +56,18 @@ hipError_t hipHostFree(void *p);
 hipError_t hipMallocAsync(void **p, size_t n, void *stream);
 hipError_t hipMallocFromPoolAsync(void **p, size_t n, void *pool, void *stream);
 hipError_t hipSetDevice(int dev);
+/* hipMemAllocationProp's leading fields; the rest (win32HandleMetaData, allocFlags) zero. */
+struct mem_alloc_prop {
+    int type;
+    int requested_handle_type;
+    int location_type;
+    int location_id;
+    void *win32_handle_meta_data;
+    unsigned char alloc_flags[8];
+};
+hipError_t hipMemCreate(unsigned long long *handle, size_t size,
+                        const struct mem_alloc_prop *prop, unsigned long long flags);
+hipError_t hipMemRelease(unsigned long long handle);
 
 typedef hipError_t (*get_proc_address_fn)(const char *symbol, void **pfn, int hipVersion,
                                           uint64_t flags, int *symbolStatus);
@@ -88,6 +102,7 @@ enum step_kind {
     S_ALL,
     S_PROCADDR,
     S_ENTRYPOINT,
+    S_MEMCREATE,
     S_DEVICE,
     S_RTLDNEXT,
     S_MAPS,
@@ -230,6 +245,18 @@ static int parse_step(const char *arg, struct step *s)
                 return -1;
             s->number = (long)v;
         }
+        return 0;
+    }
+    if (strncmp(arg, "memcreate:", 10) == 0) {
+        const char *n = arg + 10;
+        const char *colon = strchr(n, ':');
+        if (colon == NULL || parse_u64(n, (size_t)(colon - n), &v, 1) != 0)
+            return -1;
+        s->kind = S_MEMCREATE;
+        s->call.size = (size_t)v;
+        if (parse_u64(colon + 1, strlen(colon + 1), &v, 0) != 0 || v > 0xff)
+            return -1;
+        s->number = (long)v;
         return 0;
     }
     if (strncmp(arg, "device:", 7) == 0) {
@@ -431,6 +458,22 @@ static void do_entrypoint(const char *name, long flags)
     }
 }
 
+static void do_memcreate(size_t size, long location)
+{
+    struct mem_alloc_prop prop;
+    unsigned long long handle = 0;
+    int rc;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1; /* hipMemAllocationTypePinned */
+    prop.location_type = (int)location;
+    rc = hipMemCreate(&handle, size, &prop, 0);
+    printf("hipMemCreate size=%zu location=%ld rc=%d handle=%d\n", size, location, rc,
+           handle != 0);
+    fflush(stdout);
+    if (rc == 0 && handle != 0)
+        hipMemRelease(handle);
+}
+
 static void do_device(long n)
 {
     int rc = hipSetDevice((int)n);
@@ -586,6 +629,9 @@ int probe_main(int argc, char **argv)
             break;
         case S_ENTRYPOINT:
             do_entrypoint(s->name, s->number);
+            break;
+        case S_MEMCREATE:
+            do_memcreate(s->call.size, s->number);
             break;
         case S_DEVICE:
             do_device(s->number);

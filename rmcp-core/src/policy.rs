@@ -4,7 +4,9 @@
 //! Facts that cost something to learn (the current device, the caller's library) are asked
 //! through [`Facts`] only when the answer can change the decision.
 
-use rmcp_sys::{HipError, device_malloc, error, host_alloc, host_malloc, split_hip_version};
+use rmcp_sys::{
+    HipError, device_malloc, error, host_alloc, host_malloc, mem_location, split_hip_version,
+};
 
 use crate::config::{Finegrained, Mode};
 use crate::registry::Hook;
@@ -178,7 +180,9 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         | Hook::HipMallocFromPoolAsync
         | Hook::HipGetProcAddress
         | Hook::HipGetDriverEntryPoint
-        | Hook::HipGetDriverEntryPointSpt => None,
+        | Hook::HipGetDriverEntryPointSpt
+        // Counted (host locations too: `host_location`), never changed.
+        | Hook::HipMemCreate => None,
     };
     match candidate {
         None => Decision::Unchanged,
@@ -186,6 +190,48 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         Some(f) if rules.mode == Mode::DryRun => Decision::WouldRewrite(f),
         Some(f) => Decision::Rewrite(f),
     }
+}
+
+/// Whether a successful call left memory coherent that no flag can make non-coherent, so the
+/// shim cannot change it (counted as `coherent` in the stats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftCoherent {
+    No,
+    /// hipHostRegister: every runtime checked registers host memory fine-grained with atomics
+    /// whatever the flags (`CL_MEM_USE_HOST_PTR | CL_MEM_SVM_ATOMICS`; 7.2.4 accepts
+    /// hipExtHostRegisterCoarseGrained and ignores it). docs/compat.md cites the lines.
+    Yes,
+    /// hipHostMalloc / hipHostAlloc with Uncached: coherent where the runtime defines the
+    /// flag (7.x, [`uncached_defined`]), which rejects it together with NonCoherent.
+    IfUncachedDefined,
+}
+
+/// [`LeftCoherent`] for a call the shim forwarded as the caller asked.
+pub fn left_coherent(hook: Hook, flags: u32) -> LeftCoherent {
+    let coherence = host_malloc::COHERENT | host_malloc::NON_COHERENT;
+    match hook {
+        Hook::HipHostRegister => LeftCoherent::Yes,
+        Hook::HipHostMalloc | Hook::HipHostAlloc
+            if flags & host_malloc::UNCACHED != 0 && flags & coherence == 0 =>
+        {
+            LeftCoherent::IfUncachedDefined
+        }
+        _ => LeftCoherent::No,
+    }
+}
+
+/// Whether a runtime reporting `version` gives hipHostMallocUncached a meaning (7.0 on).
+pub fn uncached_defined(version: i32) -> bool {
+    split_hip_version(version).0 >= 7
+}
+
+/// Whether a `hipMemLocationType` names host memory (Host, HostNuma, HostNumaCurrent): what
+/// the stats count as `host_location` for hipMemCreate.
+pub fn host_location(location_type: i32) -> bool {
+    matches!(
+        location_type,
+        mem_location::HOST | mem_location::HOST_NUMA | mem_location::HOST_NUMA_CURRENT
+    )
 }
 
 /// First runtime whose hipHostAlloc allocates host memory like hipHostMalloc: ROCm 6.3.0
@@ -435,6 +481,7 @@ mod tests {
         (Hook::HipGetProcAddress, 0, true, true, Unchanged),
         (Hook::HipGetDriverEntryPoint, 0, true, true, Unchanged),
         (Hook::HipGetDriverEntryPointSpt, 0, true, true, Unchanged),
+        (Hook::HipMemCreate, 0, true, true, Unchanged),
     ];
 
     fn facts(host: bool, device: bool, exempt: bool) -> Fixed {
@@ -804,5 +851,33 @@ mod tests {
         // Not UTF-8: bytes, as the runtime reads them.
         assert!(hip_host_coherent(Some(b"1\xff")));
         assert!(!hip_host_coherent(Some(b"\xff1")));
+    }
+
+    #[test]
+    fn what_stays_coherent_whatever_the_shim_does() {
+        use LeftCoherent::*;
+        for flags in [0, 1, 2, 8, 0x8000_0000] {
+            assert_eq!(left_coherent(Hook::HipHostRegister, flags), Yes);
+        }
+        for hook in [Hook::HipHostMalloc, Hook::HipHostAlloc] {
+            assert_eq!(left_coherent(hook, UNCACHED), IfUncachedDefined);
+            assert_eq!(left_coherent(hook, UNCACHED | MAPPED), IfUncachedDefined);
+            assert_eq!(left_coherent(hook, UNCACHED | NC), No, "rejected by 7.x");
+            assert_eq!(
+                left_coherent(hook, UNCACHED | COHERENT),
+                No,
+                "rejected by 7.x"
+            );
+            assert_eq!(left_coherent(hook, 0), No, "rewritten, or exempt by choice");
+        }
+        assert_eq!(left_coherent(Hook::HipMemCreate, 0), No);
+        assert_eq!(left_coherent(Hook::HipMalloc, 0), No);
+        assert!(!uncached_defined(60_443_484));
+        assert!(uncached_defined(70_253_211));
+        assert!(!host_location(mem_location::DEVICE));
+        assert!(!host_location(0));
+        for t in [2, 3, 4] {
+            assert!(host_location(t));
+        }
     }
 }

@@ -19,7 +19,8 @@ macro_rules! registry {
     ($(
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
-        $(, resolves $sym:ident into $pfn:ident)? ;
+        $(, resolves $sym:ident into $pfn:ident)?
+        $(, host location in $prop:ident)? ;
     )*) => {
         /// A hooked HIP entry point. The discriminant indexes per-hook tables (stats,
         /// warnings).
@@ -92,7 +93,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Hook::COUNT);
-        assert_eq!(Hook::COUNT, 13);
+        assert_eq!(Hook::COUNT, 14);
     }
 
     #[test]

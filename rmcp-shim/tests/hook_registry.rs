@@ -24,8 +24,8 @@ fn registry_and_exports_agree() {
     assert_eq!(difference(&kit::shim()), Vec::<String>::new());
     assert_eq!(
         rmcp_core::registry::exported_names().count(),
-        14,
-        "13 hooks and dlsym"
+        15,
+        "14 hooks and dlsym"
     );
 }
 

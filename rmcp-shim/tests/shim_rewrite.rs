@@ -503,3 +503,97 @@ fn devices_and_runtime_appear_in_stats() {
     assert!(s["pid"].as_u64().unwrap() > 0);
     assert_eq!(out.stat("hipMalloc", "bytes"), 100);
 }
+
+/// What stays coherent whatever the shim does is passed through and counted: hipHostRegister
+/// (coherent in every runtime, whatever the flags) and 7.x Uncached host memory as
+/// `coherent`, hipMemCreate with a host location (7.x) as `host_location`, each said once
+/// on an affected machine (a warning; for hipMemCreate at info); nothing about the calls
+/// changes.
+#[test]
+fn what_the_shim_cannot_change_is_passed_through_and_counted() {
+    let steps = [
+        "hipHostRegister:4096:0",
+        "hipHostRegister:4096:8",
+        "hipHostMalloc:4096:0x10000000",
+        "hipHostMalloc:4096:0x10000002",
+        "hipHostAlloc:4096:0x10000000",
+        "memcreate:4096:1",
+        "memcreate:4096:2",
+        "memcreate:4096:2",
+    ];
+    for mode in ["auto", "force", "dry-run", "off"] {
+        let out = Run::probe(7)
+            .mode(mode)
+            .env("RMCP_LOG", "info")
+            .args(steps)
+            .run();
+        out.assert_success();
+        assert_eq!(
+            out.allocs(),
+            [
+                ("hipHostRegister".into(), 0),
+                ("hipHostRegister".into(), 8),
+                ("hipHostMalloc".into(), 0x1000_0000),
+                ("hipHostMalloc".into(), 0x1000_0002),
+                ("hipHostAlloc".into(), 0x1000_0000),
+            ],
+            "{mode}"
+        );
+        let created: Vec<u32> = out
+            .record
+            .iter()
+            .filter(|r| r.func == "hipMemCreate")
+            .map(|r| r.flags)
+            .collect();
+        assert_eq!(created, [1, 2, 2], "{mode}: location types as asked");
+        assert!(
+            out.results().iter().all(|l| l.contains("rc=0")),
+            "{mode}: {:?}",
+            out.results()
+        );
+        assert_eq!(out.stat("hipHostRegister", "coherent"), 2, "{mode}");
+        assert_eq!(out.stat("hipHostMalloc", "coherent"), 2, "{mode}");
+        assert_eq!(out.stat("hipHostAlloc", "coherent"), 1, "{mode}");
+        assert_eq!(out.stat("hipMemCreate", "calls"), 3, "{mode}");
+        assert_eq!(out.stat("hipMemCreate", "host_location"), 2, "{mode}");
+        assert_eq!(out.stat("hipMemCreate", "coherent"), 0, "{mode}");
+        for f in [
+            "hipHostRegister",
+            "hipHostMalloc",
+            "hipHostAlloc",
+            "hipMemCreate",
+        ] {
+            assert_eq!(out.stat(f, "rewritten"), 0, "{mode} {f}");
+            let warned = out.stderr_lines(&format!("{f}: ")).len();
+            let want = usize::from(mode != "off");
+            assert_eq!(warned, want, "{mode}: warnings for {f}:\n{}", out.stderr);
+        }
+    }
+
+    // Before 7.0 Uncached means nothing to the runtime: not counted as coherent. A host
+    // location is rejected there, and a failed call is not counted.
+    let out = Run::probe(6)
+        .args(["hipHostMalloc:4096:0x10000000", "memcreate:4096:2"])
+        .run();
+    out.assert_success();
+    assert_eq!(out.stat("hipHostMalloc", "coherent"), 0);
+    assert!(
+        out.stdout
+            .contains("hipMemCreate size=4096 location=2 rc=1"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(out.stat("hipMemCreate", "host_location"), 0);
+
+    // An exempt caller keeps coherent memory by choice: counted, not warned about.
+    let out = Run::probe(7)
+        .env("RMCP_EXEMPT", "hip_probe")
+        .args(["hipHostRegister:4096:0"])
+        .run();
+    assert_eq!(out.stat("hipHostRegister", "coherent"), 1);
+    assert!(
+        out.stderr_lines("hipHostRegister").is_empty(),
+        "{}",
+        out.stderr
+    );
+}

@@ -118,7 +118,7 @@ static const char *const g_count_funcs[] = {
     "hipHostUnregister",   "hipHostGetFlags",       "hipFree",              "hipHostFree",
     "hipMallocAsync",      "hipMallocFromPoolAsync", "hipRuntimeGetVersion", "hipGetDeviceCount",
     "hipGetDevice",        "hipSetDevice",          "hipDeviceGetPCIBusId", "hipGetProcAddress",
-    "hipGetDriverEntryPoint", "hipGetDriverEntryPoint_spt",
+    "hipGetDriverEntryPoint", "hipGetDriverEntryPoint_spt", "hipMemCreate", "hipMemRelease",
 };
 #define COUNT_NFUNCS (sizeof g_count_funcs / sizeof g_count_funcs[0])
 static __thread const char *t_count_last;
@@ -573,7 +573,7 @@ static int is_alloc_func(const char *func)
     static const char *const names[] = {
         "hipMalloc",       "hipExtMallocWithFlags", "hipHostMalloc",  "hipHostAlloc",
         "hipMallocHost",   "hipMemAllocHost",       "hipMallocManaged", "hipHostRegister",
-        "hipMallocAsync",  "hipMallocFromPoolAsync",
+        "hipMallocAsync",  "hipMallocFromPoolAsync", "hipMemCreate",
     };
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -906,6 +906,43 @@ EXPORT int hipMallocFromPoolAsync(void **p, size_t n, void *pool, void *stream)
     (void)stream;
     rc = do_alloc("hipMallocFromPoolAsync", p, n, 0, KIND_DEVICE);
     CALL_END("hipMallocFromPoolAsync", n, 0, rc);
+    return rc;
+}
+
+/* hipMemCreate (hip_5.1): like the real runtimes' checks on hipMemAllocationProp
+ * { int type; int requestedHandleType; { int type; int id; } location; ... }: handle, size,
+ * flags 0, type Pinned (1); location Device (1) everywhere, Host (2) only in the .so.7 build
+ * (7.2.4 accepts Host, not HostNuma/HostNumaCurrent). The record's flags field holds the
+ * location type. The handle is the allocation's address. */
+struct fake_mem_prop {
+    int type;
+    int handle_type;
+    int location_type;
+    int location_id;
+};
+
+EXPORT int hipMemCreate(unsigned long long *handle, size_t n, const void *prop_arg,
+                        unsigned long long flags)
+{
+    CALL_BEGIN();
+    const struct fake_mem_prop *prop = prop_arg;
+    unsigned loc = prop != NULL ? (unsigned)prop->location_type : 0;
+    int rc;
+    if (handle == NULL || n == 0 || flags != 0 || prop == NULL || prop->type != 1)
+        rc = hipErrorInvalidValue;
+    else if (!(loc == 1 || (FAKEHIP_MAJOR >= 7 && loc == 2)))
+        rc = hipErrorInvalidValue;
+    else
+        rc = do_alloc("hipMemCreate", (void **)handle, n, loc, KIND_DEVICE);
+    CALL_END("hipMemCreate", n, loc, rc);
+    return rc;
+}
+
+EXPORT int hipMemRelease(unsigned long long handle)
+{
+    CALL_BEGIN();
+    int rc = do_free("hipMemRelease", (void *)(uintptr_t)handle);
+    CALL_END("hipMemRelease", 0, 0, rc);
     return rc;
 }
 
