@@ -6,10 +6,11 @@
  *   miopen_client [--hip] [LIB]   LIB defaults to libMIOpen.so.1
  *
  * miopenCreate fails before any allocation when there is no GPU, so the shim would never
- * be asked for anything. With --hip the client then calls hipHostMalloc(4096, 0) through
- * the global scope (dlsym(RTLD_DEFAULT)): with the shim preloaded that is the shim's,
- * which then attaches to the runtime already mapped, the one MIOpen brought in (the
- * runtime itself is not in the global scope: MIOpen was loaded RTLD_LOCAL).
+ * be asked for anything. With --hip the client then calls hipHostMalloc(4096, 0) looked
+ * up on MIOpen's handle (dlsym(lib), which searches MIOpen and its dependencies): the
+ * runtime MIOpen brought in, or with the shim preloaded the shim's function bound to that
+ * runtime. (Not through the global scope: MIOpen was loaded RTLD_LOCAL, so the runtime is
+ * not there, and dlsym(RTLD_DEFAULT) answers NULL with and without the shim.)
  *
  * Prints:
  *   miopenCreate status=N handle=0|1
@@ -98,7 +99,7 @@ int main(int argc, char **argv)
     if (status == 0 && handle != NULL && destroy != NULL)
         destroy(handle);
     if (hip) {
-        host_malloc_fn hm = (host_malloc_fn)dlsym(RTLD_DEFAULT, "hipHostMalloc");
+        host_malloc_fn hm = (host_malloc_fn)dlsym(lib, "hipHostMalloc");
         if (hm == NULL) {
             printf("hipHostMalloc none\n");
         } else {
