@@ -319,6 +319,61 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_summary_names_each_copy_and_its_file() {
+        let copy = |name: &str, file: &str, v| RuntimeReport {
+            path: Some(name.into()),
+            file: Some(file.into()),
+            version: Some(v),
+        };
+        let one = Report::new(
+            "dry-run",
+            vec![copy(
+                "/l/libamdhip64.so.7",
+                "/l/libamdhip64.so.7.2.53211",
+                70253211,
+            )],
+            vec![],
+        );
+        let head = one.human().lines().next().unwrap().to_string();
+        assert!(
+            head.ends_with(
+                "stats: mode dry-run, runtime /l/libamdhip64.so.7 (file \
+                 /l/libamdhip64.so.7.2.53211) (version 70253211)"
+            ),
+            "{head}"
+        );
+        let two = Report::new(
+            "force",
+            vec![
+                copy(
+                    "/l/libamdhip64.so.6",
+                    "/l/libamdhip64.so.6.4.43484",
+                    60443484,
+                ),
+                copy("/l/libamdhip64.so.7", "/l/libamdhip64.so.7", 70253211),
+            ],
+            vec![],
+        );
+        let text = two.human();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("stats: mode force"), "{text}");
+        assert!(
+            lines[1].ends_with(
+                "runtime /l/libamdhip64.so.6 (file /l/libamdhip64.so.6.4.43484) (version 60443484)"
+            ),
+            "{text}"
+        );
+        assert!(
+            lines[2].ends_with("runtime /l/libamdhip64.so.7 (version 70253211)"),
+            "{text}"
+        );
+        assert!(lines[3].contains("coherent") && lines[3].contains("host_location"));
+        let json = serde_json::to_value(&two).unwrap();
+        assert_eq!(json["runtimes"][0]["file"], "/l/libamdhip64.so.6.4.43484");
+        assert_eq!(json["runtime"]["path"], "/l/libamdhip64.so.6");
+    }
+
+    #[test]
     fn stats_path_substitutes_pid() {
         use std::path::Path;
         assert_eq!(
