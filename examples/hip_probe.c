@@ -2,10 +2,10 @@
  * hip_probe.c - call HIP allocation functions and print what came back.
  *
  * One source, two shapes (rmcp-testkit/build.rs builds both, per HIP major version):
- *   - an executable (hip_probe5, hip_probe6) linked with -lamdhip64, whose
+ *   - an executable (hip_probe5, hip_probe6, hip_probe7) linked with -lamdhip64, whose
  *     main() calls probe_main();
  *   - with -DHIP_PROBE_LIBRARY, a shared library (libframework5.so,
- *     libframework6.so) linked with -lamdhip64 that exports probe_main(): the
+ *     libframework6.so, libframework7.so) linked with -lamdhip64 that exports probe_main(): the
  *     "framework library that a Python extension loads with RTLD_LOCAL" shape
  *     (run it with tests/c/dlopen_client).
  * No HIP headers are needed: the prototypes below are the stable C ABI.
@@ -19,6 +19,10 @@
  *                                passes a NULL out-pointer / host pointer)
  *   all                          every FUNC once (hipMallocManaged with flags 1)
  *   procaddr:NAME                hipGetProcAddress(NAME), compared with dlsym
+ *   entrypoint:NAME[:FLAGS]      hipGetDriverEntryPoint(NAME, FLAGS), compared with dlsym
+ *   entrypoint_spt:NAME          hipGetDriverEntryPoint_spt(NAME, 0) (per-thread streams)
+ *   memcreate:SIZE:LOC           hipMemCreate(SIZE) with a pinned hipMemAllocationProp at
+ *                                location type LOC (1 device, 2 host; id 0), then release
  *   device:N                     hipSetDevice(N)
  *   rtldnext                     is dlsym(RTLD_NEXT, "hipHostMalloc") non-NULL?
  *   maps                         libamdhip64* files mapped in this process
@@ -52,9 +56,23 @@ hipError_t hipHostFree(void *p);
 hipError_t hipMallocAsync(void **p, size_t n, void *stream);
 hipError_t hipMallocFromPoolAsync(void **p, size_t n, void *pool, void *stream);
 hipError_t hipSetDevice(int dev);
+/* hipMemAllocationProp's leading fields; the rest (win32HandleMetaData, allocFlags) zero. */
+struct mem_alloc_prop {
+    int type;
+    int requested_handle_type;
+    int location_type;
+    int location_id;
+    void *win32_handle_meta_data;
+    unsigned char alloc_flags[8];
+};
+hipError_t hipMemCreate(unsigned long long *handle, size_t size,
+                        const struct mem_alloc_prop *prop, unsigned long long flags);
+hipError_t hipMemRelease(unsigned long long handle);
 
 typedef hipError_t (*get_proc_address_fn)(const char *symbol, void **pfn, int hipVersion,
                                           uint64_t flags, int *symbolStatus);
+typedef hipError_t (*driver_entry_point_fn)(const char *symbol, void **pfn,
+                                            unsigned long long flags, int *status);
 typedef hipError_t (*host_malloc_fn)(void **p, size_t n, unsigned flags);
 
 #define HIP_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND 302
@@ -83,6 +101,8 @@ enum step_kind {
     S_CALL,
     S_ALL,
     S_PROCADDR,
+    S_ENTRYPOINT,
+    S_MEMCREATE,
     S_DEVICE,
     S_RTLDNEXT,
     S_MAPS,
@@ -101,8 +121,9 @@ struct call {
 struct step {
     int kind;
     struct call call;
-    const char *name; /* procaddr */
-    long number;      /* device ordinal, thread count */
+    const char *name; /* procaddr, entrypoint */
+    long number;      /* device ordinal, thread count, entrypoint flags (-1: the _spt form) */
+    char buf[128];    /* entrypoint: NAME without its flags */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -206,6 +227,37 @@ static int parse_step(const char *arg, struct step *s)
         s->kind = S_PROCADDR;
         s->name = arg + 9;
         return s->name[0] != '\0' ? 0 : -1;
+    }
+    if (strncmp(arg, "entrypoint:", 11) == 0 || strncmp(arg, "entrypoint_spt:", 15) == 0) {
+        int spt = arg[10] == '_';
+        const char *n = arg + (spt ? 15 : 11);
+        const char *colon = strchr(n, ':');
+        size_t len = colon ? (size_t)(colon - n) : strlen(n);
+        s->kind = S_ENTRYPOINT;
+        s->number = spt ? -1 : 0;
+        if (len == 0 || len >= sizeof s->buf)
+            return -1;
+        memcpy(s->buf, n, len);
+        s->buf[len] = '\0';
+        s->name = s->buf;
+        if (colon != NULL) {
+            if (spt || parse_u64(colon + 1, strlen(colon + 1), &v, 0) != 0 || v > 0xff)
+                return -1;
+            s->number = (long)v;
+        }
+        return 0;
+    }
+    if (strncmp(arg, "memcreate:", 10) == 0) {
+        const char *n = arg + 10;
+        const char *colon = strchr(n, ':');
+        if (colon == NULL || parse_u64(n, (size_t)(colon - n), &v, 1) != 0)
+            return -1;
+        s->kind = S_MEMCREATE;
+        s->call.size = (size_t)v;
+        if (parse_u64(colon + 1, strlen(colon + 1), &v, 0) != 0 || v > 0xff)
+            return -1;
+        s->number = (long)v;
+        return 0;
     }
     if (strncmp(arg, "device:", 7) == 0) {
         const char *n = arg + 7;
@@ -377,6 +429,51 @@ static void do_procaddr(const char *name)
     }
 }
 
+/* hipGetDriverEntryPoint (7.1+), or its _spt form when flags < 0. */
+static void do_entrypoint(const char *name, long flags)
+{
+    const char *fn = flags < 0 ? "hipGetDriverEntryPoint_spt" : "hipGetDriverEntryPoint";
+    driver_entry_point_fn gep = (driver_entry_point_fn)lookup(fn);
+    void *pfn = NULL, *direct;
+    int status = -1, rc;
+    const char *tag = flags < 0 ? "entrypoint_spt" : "entrypoint";
+
+    if (gep == NULL) {
+        printf("%s %s rc=%d missing=1\n", tag, name, HIP_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND);
+        fflush(stdout);
+        return;
+    }
+    rc = gep(name, &pfn, flags < 0 ? 0ull : (unsigned long long)flags, &status);
+    direct = lookup(name);
+    printf("%s %s rc=%d status=%d found=%d same_as_direct=%d\n", tag, name, rc, status,
+           pfn != NULL, pfn != NULL && pfn == direct);
+    fflush(stdout);
+    if (pfn != NULL && strcmp(name, "hipHostMalloc") == 0) {
+        void *p = NULL;
+        int crc = ((host_malloc_fn)pfn)(&p, 4096, 0);
+        printf("%s-call rc=%d ptr=%d\n", tag, crc, p != NULL);
+        fflush(stdout);
+        if (crc == 0 && p != NULL)
+            hipHostFree(p);
+    }
+}
+
+static void do_memcreate(size_t size, long location)
+{
+    struct mem_alloc_prop prop;
+    unsigned long long handle = 0;
+    int rc;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1; /* hipMemAllocationTypePinned */
+    prop.location_type = (int)location;
+    rc = hipMemCreate(&handle, size, &prop, 0);
+    printf("hipMemCreate size=%zu location=%ld rc=%d handle=%d\n", size, location, rc,
+           handle != 0);
+    fflush(stdout);
+    if (rc == 0 && handle != 0)
+        hipMemRelease(handle);
+}
+
 static void do_device(long n)
 {
     int rc = hipSetDevice((int)n);
@@ -529,6 +626,12 @@ int probe_main(int argc, char **argv)
             break;
         case S_PROCADDR:
             do_procaddr(s->name);
+            break;
+        case S_ENTRYPOINT:
+            do_entrypoint(s->name, s->number);
+            break;
+        case S_MEMCREATE:
+            do_memcreate(s->call.size, s->number);
             break;
         case S_DEVICE:
             do_device(s->number);

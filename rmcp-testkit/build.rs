@@ -9,9 +9,9 @@
 //! * `RMCP_FAKE_HIP_DIR_5/6/7`: directories holding the fake runtime
 //!   `libamdhip64.so.N` (tests/fake-hip/fake_hip.c) plus a `libamdhip64.so` symlink used
 //!   for linking.
-//! * `RMCP_HIP_PROBE_5/6`: examples/hip_probe.c executables, DT_NEEDED
-//!   libamdhip64.so.5 / .so.6, no rpath (LD_LIBRARY_PATH picks the runtime).
-//! * `RMCP_FRAMEWORK_5/6`: the same source as a shared library exporting
+//! * `RMCP_HIP_PROBE_5/6/7`: examples/hip_probe.c executables, DT_NEEDED
+//!   libamdhip64.so.5 / .so.6 / .so.7, no rpath (LD_LIBRARY_PATH picks the runtime).
+//! * `RMCP_FRAMEWORK_5/6/7`: the same source as a shared library exporting
 //!   `probe_main`, DT_NEEDED the runtime, no rpath.
 //! * `RMCP_DLOPEN_CLIENT`: tests/c/dlopen_client.c, not linked to the runtime.
 //! * `RMCP_HOTPATH`, `RMCP_DLSYM_CLIENT`, `RMCP_SCOPE_LIB_5/6`, `RMCP_STRESS_CLIENT`,
@@ -30,6 +30,7 @@ use std::process::Command;
 const FAKE_HIP_SRC: &str = "tests/fake-hip/fake_hip.c";
 const FAKE_HIP_MAP: &str = "tests/fake-hip/hip.map";
 const FAKE_HIP_MAP_5: &str = "tests/fake-hip/hip.map.5";
+const FAKE_HIP_MAP_7: &str = "tests/fake-hip/hip.map.7";
 const PROBE_SRC: &str = "examples/hip_probe.c";
 const DLOPEN_CLIENT_SRC: &str = "tests/c/dlopen_client.c";
 const HOTPATH_SRC: &str = "tests/c/hotpath.c";
@@ -42,6 +43,7 @@ fn main() {
         FAKE_HIP_SRC,
         FAKE_HIP_MAP,
         FAKE_HIP_MAP_5,
+        FAKE_HIP_MAP_7,
         PROBE_SRC,
         DLOPEN_CLIENT_SRC,
         HOTPATH_SRC,
@@ -67,10 +69,10 @@ fn main() {
         fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         let soname = format!("libamdhip64.so.{major}");
         let lib = dir.join(&soname);
-        let map = src(if major == 5 {
-            FAKE_HIP_MAP_5
-        } else {
-            FAKE_HIP_MAP
+        let map = src(match major {
+            5 => FAKE_HIP_MAP_5,
+            7 => FAKE_HIP_MAP_7,
+            _ => FAKE_HIP_MAP,
         });
         cc.run(
             &format!("fake HIP runtime {soname}"),
@@ -94,8 +96,8 @@ fn main() {
         );
     }
 
-    // hip_probe executables and libframework shared libraries (5 and 6).
-    for major in [5u32, 6] {
+    // hip_probe executables and libframework shared libraries (5, 6 and 7).
+    for major in [5u32, 6, 7] {
         let fake_dir = out.join(format!("fake-hip-{major}"));
         let link_args = [
             format!("-L{}", fake_dir.display()),

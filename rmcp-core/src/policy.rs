@@ -4,7 +4,9 @@
 //! Facts that cost something to learn (the current device, the caller's library) are asked
 //! through [`Facts`] only when the answer can change the decision.
 
-use rmcp_sys::{HipError, device_malloc, error, host_alloc, host_malloc, split_hip_version};
+use rmcp_sys::{
+    HipError, device_malloc, error, host_alloc, host_malloc, mem_location, split_hip_version,
+};
 
 use crate::config::{Finegrained, Mode};
 use crate::registry::Hook;
@@ -28,6 +30,9 @@ pub trait Facts {
 pub struct Rules {
     pub mode: Mode,
     pub finegrained: Finegrained,
+    /// The runtime's own `HIP_HOST_COHERENT`, read as the runtime reads it
+    /// ([`hip_host_coherent`]): on, a hipHostMalloc with no coherence flag is coherent too.
+    pub host_coherent: bool,
 }
 
 /// A call the shim makes instead of the caller's.
@@ -59,20 +64,85 @@ impl Decision {
     }
 }
 
-/// hipHostMalloc flags that make it non-coherent, or None when the call must go through as
-/// it is: already non-coherent, a caller error the runtime should answer (Coherent together
-/// with NonCoherent), 7.x Uncached (may not be combined with a coherence flag), or bits no
-/// released runtime defines.
-pub fn non_coherent_host_flags(flags: u32) -> Option<u32> {
+/// Whether the runtime allocates `hipHostMalloc(flags)` coherent: fine-grained with atomics
+/// (`CL_MEM_SVM_ATOMICS`). `host_coherent` is the runtime's HIP_HOST_COHERENT
+/// ([`hip_host_coherent`]). The rule of `ihipHostMalloc` in every runtime checked (5.2.3,
+/// 5.7.1, 6.4.3, 7.2.4; docs/compat.md cites the lines): coherent when flags are 0, or any of
+/// Coherent, Mapped, NumaUser is set, or none is and HIP_HOST_COHERENT is on; NonCoherent
+/// then removes the atomics. So Portable or WriteCombined alone is already non-coherent.
+///
+/// For flags without Uncached. Uncached is a coherence flag in 7.x (where it may not be
+/// combined with either coherence flag: hipErrorInvalidValue) and no flag at all before 7.0;
+/// [`non_coherent_host_flags`] leaves every Uncached request alone.
+pub fn runtime_makes_coherent(flags: u32, host_coherent: bool) -> bool {
+    let coherence = host_malloc::COHERENT | host_malloc::MAPPED | host_malloc::NUMA_USER;
+    flags & host_malloc::NON_COHERENT == 0
+        && (flags == 0 || flags & coherence != 0 || host_coherent)
+}
+
+/// hipHostMalloc flags that make a coherent request non-coherent, or None when the call must
+/// go through as it is: the runtime already makes it non-coherent ([`runtime_makes_coherent`]:
+/// NonCoherent set, or Portable / WriteCombined alone with HIP_HOST_COHERENT off), a caller
+/// error the runtime should answer (Coherent together with NonCoherent), Uncached (7.x:
+/// coherent, and NonCoherent may not be added; before 7.0 a bit the runtime does not
+/// define), or bits no released runtime defines.
+pub fn non_coherent_host_flags(flags: u32, host_coherent: bool) -> Option<u32> {
     let both = host_malloc::COHERENT | host_malloc::NON_COHERENT;
     if flags & both == both
         || flags & host_malloc::UNCACHED != 0
         || flags & !host_malloc::KNOWN != 0
-        || flags & host_malloc::NON_COHERENT != 0
+        || !runtime_makes_coherent(flags, host_coherent)
     {
         return None;
     }
     Some((flags & !host_malloc::COHERENT) | host_malloc::NON_COHERENT)
+}
+
+/// HIP_HOST_COHERENT as the runtime reads it: `release(uint, HIP_HOST_COHERENT, 0, ...)` in
+/// rocclr's `utils/flags.hpp`, set by `Flag::setValue` with `atoi(value)` (glibc's
+/// `(int) strtol(value, NULL, 10)`), and tested for non-zero by `ihipHostMalloc`. `Flag::init`
+/// takes a variable set to the empty string as `" "`. So: leading white space, an optional
+/// sign, decimal digits up to the first other byte; a value past `long`'s range saturates
+/// (`strtol`); the low 32 bits decide. `1`, `-1`, ` 7`, `2abc` are on; unset, empty, `0`,
+/// `true`, `yes`, `0x1`, `4294967296` are off.
+pub fn hip_host_coherent(value: Option<&[u8]>) -> bool {
+    let Some(value) = value else {
+        return false;
+    };
+    let mut rest = value;
+    // C's isspace in the "C" locale.
+    while let [b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r', tail @ ..] = rest {
+        rest = tail;
+    }
+    let negative = match rest {
+        [b'-', tail @ ..] => {
+            rest = tail;
+            true
+        }
+        [b'+', tail @ ..] => {
+            rest = tail;
+            false
+        }
+        _ => false,
+    };
+    // The magnitude, saturated just past i64's range (strtol's ERANGE).
+    let mut magnitude: u64 = 0;
+    for &b in rest.iter().take_while(|b| b.is_ascii_digit()) {
+        magnitude = magnitude
+            .saturating_mul(10)
+            .saturating_add(u64::from(b - b'0'));
+    }
+    let long: i64 = if negative {
+        if magnitude > i64::MAX as u64 {
+            i64::MIN
+        } else {
+            -(magnitude as i64)
+        }
+    } else {
+        i64::try_from(magnitude).unwrap_or(i64::MAX)
+    };
+    // `(int) long`: the low 32 bits.
+    long as i32 != 0
 }
 
 /// The decision for one hooked call. Inlined into each hook, where the hook is a constant
@@ -83,17 +153,20 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         return Decision::Unchanged;
     }
     let candidate = match hook {
-        Hook::HipHostMalloc => non_coherent_host_flags(flags)
+        Hook::HipHostMalloc => non_coherent_host_flags(flags, rules.host_coherent)
             .filter(|_| facts.host_affected())
             .map(Forward::HostMalloc),
         // Its own path is hipHostMalloc with flags 0: coherent.
         Hook::HipMemAllocHost => facts
             .host_affected()
             .then_some(Forward::HostMalloc(host_malloc::NON_COHERENT)),
-        Hook::HipHostAlloc => {
-            (flags & !host_alloc::VALID == 0 && facts.host_affected() && facts.host_alloc_is_host())
-                .then_some(Forward::HostMalloc(flags | host_malloc::NON_COHERENT))
-        }
+        // From 6.3 on, ihipHostMalloc with the caller's flags, after checking them: the same
+        // rule as hipHostMalloc.
+        Hook::HipHostAlloc => (flags & !host_alloc::VALID == 0
+            && runtime_makes_coherent(flags, rules.host_coherent)
+            && facts.host_affected()
+            && facts.host_alloc_is_host())
+        .then_some(Forward::HostMalloc(flags | host_malloc::NON_COHERENT)),
         Hook::HipExtMallocWithFlags => (flags == device_malloc::FINEGRAINED
             && rules.finegrained == Finegrained::Coarsen
             && facts.device_affected())
@@ -105,7 +178,11 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         | Hook::HipHostRegister
         | Hook::HipMallocAsync
         | Hook::HipMallocFromPoolAsync
-        | Hook::HipGetProcAddress => None,
+        | Hook::HipGetProcAddress
+        | Hook::HipGetDriverEntryPoint
+        | Hook::HipGetDriverEntryPointSpt
+        // Counted (host locations too: `host_location`), never changed.
+        | Hook::HipMemCreate => None,
     };
     match candidate {
         None => Decision::Unchanged,
@@ -113,6 +190,48 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         Some(f) if rules.mode == Mode::DryRun => Decision::WouldRewrite(f),
         Some(f) => Decision::Rewrite(f),
     }
+}
+
+/// Whether a successful call left memory coherent that no flag can make non-coherent, so the
+/// shim cannot change it (counted as `coherent` in the stats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftCoherent {
+    No,
+    /// hipHostRegister: every runtime checked registers host memory fine-grained with atomics
+    /// whatever the flags (`CL_MEM_USE_HOST_PTR | CL_MEM_SVM_ATOMICS`; 7.2.4 accepts
+    /// hipExtHostRegisterCoarseGrained and ignores it). docs/compat.md cites the lines.
+    Yes,
+    /// hipHostMalloc / hipHostAlloc with Uncached: coherent where the runtime defines the
+    /// flag (7.x, [`uncached_defined`]), which rejects it together with NonCoherent.
+    IfUncachedDefined,
+}
+
+/// [`LeftCoherent`] for a call the shim forwarded as the caller asked.
+pub fn left_coherent(hook: Hook, flags: u32) -> LeftCoherent {
+    let coherence = host_malloc::COHERENT | host_malloc::NON_COHERENT;
+    match hook {
+        Hook::HipHostRegister => LeftCoherent::Yes,
+        Hook::HipHostMalloc | Hook::HipHostAlloc
+            if flags & host_malloc::UNCACHED != 0 && flags & coherence == 0 =>
+        {
+            LeftCoherent::IfUncachedDefined
+        }
+        _ => LeftCoherent::No,
+    }
+}
+
+/// Whether a runtime reporting `version` gives hipHostMallocUncached a meaning (7.0 on).
+pub fn uncached_defined(version: i32) -> bool {
+    split_hip_version(version).0 >= 7
+}
+
+/// Whether a `hipMemLocationType` names host memory (Host, HostNuma, HostNumaCurrent): what
+/// the stats count as `host_location` for hipMemCreate.
+pub fn host_location(location_type: i32) -> bool {
+    matches!(
+        location_type,
+        mem_location::HOST | mem_location::HOST_NUMA | mem_location::HOST_NUMA_CURRENT
+    )
 }
 
 /// First runtime whose hipHostAlloc allocates host memory like hipHostMalloc: ROCm 6.3.0
@@ -184,6 +303,7 @@ mod tests {
         Rules {
             mode,
             finegrained: Finegrained::Coarsen,
+            host_coherent: false,
         }
     }
 
@@ -236,12 +356,22 @@ mod tests {
             false,
             Rewrite(HostMalloc(NUMA_USER | NC)),
         ),
+        // Portable and WriteCombined carry no coherence: already non-coherent
+        (Hook::HipHostMalloc, PORTABLE, true, true, Unchanged),
+        (Hook::HipHostMalloc, WRITE_COMBINED, true, true, Unchanged),
         (
             Hook::HipHostMalloc,
             PORTABLE | WRITE_COMBINED,
             true,
+            true,
+            Unchanged,
+        ),
+        (
+            Hook::HipHostMalloc,
+            PORTABLE | WRITE_COMBINED | MAPPED,
+            true,
             false,
-            Rewrite(HostMalloc(PORTABLE | WRITE_COMBINED | NC)),
+            Rewrite(HostMalloc(PORTABLE | WRITE_COMBINED | MAPPED | NC)),
         ),
         (Hook::HipHostMalloc, DEFAULT, false, true, Unchanged),
         (Hook::HipHostMalloc, NC, true, true, Unchanged),
@@ -281,6 +411,10 @@ mod tests {
             false,
             Rewrite(HostMalloc(MAPPED | PORTABLE | WRITE_COMBINED | NC)),
         ),
+        (Hook::HipHostAlloc, PORTABLE, true, true, Unchanged),
+        (Hook::HipHostAlloc, WRITE_COMBINED, true, true, Unchanged),
+        (Hook::HipHostAlloc, UNCACHED, true, true, Unchanged),
+        (Hook::HipHostAlloc, UNCACHED | MAPPED, true, true, Unchanged),
         (Hook::HipHostAlloc, COHERENT, true, true, Unchanged),
         (Hook::HipHostAlloc, NC, true, true, Unchanged),
         (Hook::HipHostAlloc, 0x8, true, true, Unchanged),
@@ -345,6 +479,9 @@ mod tests {
         (Hook::HipMallocAsync, 0, true, true, Unchanged),
         (Hook::HipMallocFromPoolAsync, 0, true, true, Unchanged),
         (Hook::HipGetProcAddress, 0, true, true, Unchanged),
+        (Hook::HipGetDriverEntryPoint, 0, true, true, Unchanged),
+        (Hook::HipGetDriverEntryPointSpt, 0, true, true, Unchanged),
+        (Hook::HipMemCreate, 0, true, true, Unchanged),
     ];
 
     fn facts(host: bool, device: bool, exempt: bool) -> Fixed {
@@ -455,22 +592,26 @@ mod tests {
         for flags in [0, PORTABLE, MAPPED, WRITE_COMBINED] {
             assert_eq!(decide(Hook::HipHostAlloc, flags, &r, &f), Unchanged);
         }
-        // The runtime's version is asked only for hipHostAlloc calls it can change.
-        assert_eq!(f.asked_version.get(), 4);
+        // The runtime's version is asked only for hipHostAlloc calls it can change: flags 0
+        // and Mapped (coherent), not Portable or WriteCombined (already non-coherent).
+        assert_eq!(f.asked_version.get(), 2);
         decide(Hook::HipHostAlloc, COHERENT, &r, &f);
         decide(Hook::HipHostMalloc, 0, &r, &f);
         decide(Hook::HipHostAlloc, 0, &rules(Mode::Off), &f);
-        assert_eq!(f.asked_version.get(), 4);
+        assert_eq!(f.asked_version.get(), 2);
     }
 
     #[test]
     fn rewritten_host_flags_are_never_both_and_are_idempotent() {
-        for flags in (0..=0xffu32).chain([COHERENT, NUMA_USER, COHERENT | 0x7, NUMA_USER | 0x3]) {
-            if let Some(out) = non_coherent_host_flags(flags) {
+        for (flags, hc) in (0..=0xffu32)
+            .chain([COHERENT, NUMA_USER, COHERENT | 0x7, NUMA_USER | 0x3])
+            .flat_map(|f| [(f, false), (f, true)])
+        {
+            if let Some(out) = non_coherent_host_flags(flags, hc) {
                 assert_ne!(out & (COHERENT | NC), COHERENT | NC, "{flags:#x}");
                 assert_ne!(out & NC, 0);
                 assert_eq!(
-                    non_coherent_host_flags(out),
+                    non_coherent_host_flags(out, hc),
                     None,
                     "{flags:#x} rewritten twice"
                 );
@@ -503,5 +644,240 @@ mod tests {
         }
         assert!(!substitute_proc_address(Mode::Off));
         assert!(!substitute_dlsym(Mode::Off, true));
+    }
+
+    /// What each runtime's `ihipHostMalloc` does with `flags`, written from its source
+    /// (docs/compat.md cites the lines), independently of the policy above: Err is
+    /// hipErrorInvalidValue, Ok(true) coherent (CL_MEM_SVM_ATOMICS), Ok(false) not.
+    fn runtime_host_malloc(version: (i32, i32), flags: u32, hc: bool) -> Result<bool, ()> {
+        if flags & (COHERENT | NC) == COHERENT | NC {
+            return Err(());
+        }
+        let mut coherence = COHERENT | MAPPED | NUMA_USER;
+        if version >= (7, 0) {
+            if flags & UNCACHED != 0 && flags & (COHERENT | NC) != 0 {
+                return Err(());
+            }
+            coherence |= UNCACHED;
+        }
+        let mut atomics = flags == 0 || flags & coherence != 0 || (flags & NC == 0 && hc);
+        if flags & NC != 0 {
+            atomics = false;
+        }
+        Ok(atomics)
+    }
+
+    /// `hipHostAlloc`: None before 6.3 (internal flags to ihipMalloc, VRAM); then its flag
+    /// check (6.4.3: `flags > 7`; 7.2.4: anything outside Portable|Mapped|WriteCombined|
+    /// Uncached) and ihipHostMalloc.
+    fn runtime_host_alloc(version: (i32, i32), flags: u32, hc: bool) -> Option<Result<bool, ()>> {
+        if version < (6, 3) {
+            return None;
+        }
+        let mut valid = PORTABLE | MAPPED | WRITE_COMBINED;
+        if version >= (7, 0) {
+            valid |= UNCACHED;
+        }
+        if flags & !valid != 0 {
+            return Some(Err(()));
+        }
+        Some(runtime_host_malloc(version, flags, hc))
+    }
+
+    /// Every subset of the bits a released runtime defines, plus a few it does not.
+    fn every_flag_combination() -> impl Iterator<Item = u32> {
+        let bits = [
+            PORTABLE,
+            MAPPED,
+            WRITE_COMBINED,
+            UNCACHED,
+            NUMA_USER,
+            COHERENT,
+            NC,
+        ];
+        (0u32..1 << bits.len()).flat_map(move |set| {
+            let flags = bits
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| set & (1 << i) != 0)
+                .fold(0, |a, (_, b)| a | b);
+            [flags, flags | 0x8, flags | 0x100, flags | 0x0800_0000]
+        })
+    }
+
+    const RUNTIMES: [(i32, i32, i32); 4] = [
+        (5, 2, 50_221_153),
+        (5, 7, 50_731_921),
+        (6, 4, 60_443_484),
+        (7, 2, 70_253_211),
+    ];
+
+    /// The shim's decision for every flag combination, on every runtime checked, with
+    /// HIP_HOST_COHERENT off and on, against that runtime's rule: a call is rewritten exactly
+    /// when the runtime would make it coherent and the rewrite makes it non-coherent with every
+    /// other bit kept; a call left alone is one the runtime already makes non-coherent or
+    /// rejects, or one no flag can change (7.x Uncached), or one with a bit that runtime
+    /// does not define.
+    #[test]
+    fn every_flag_combination_against_each_runtimes_rule() {
+        let keep = !(COHERENT | NC);
+        for (major, minor, version) in RUNTIMES {
+            let v = (major, minor);
+            let old_host_alloc = !host_alloc_is_host(version);
+            for hc in [false, true] {
+                let r = Rules {
+                    host_coherent: hc,
+                    ..rules(Mode::Force)
+                };
+                let f = Fixed {
+                    old_host_alloc,
+                    ..facts(true, true, false)
+                };
+                let undefined =
+                    |flags: u32| flags & !KNOWN != 0 || (v < (7, 0) && flags & UNCACHED != 0);
+                for flags in every_flag_combination() {
+                    let ctx = format!("{major}.{minor} HIP_HOST_COHERENT={hc} flags={flags:#x}");
+                    // hipHostMalloc
+                    let asked = runtime_host_malloc(v, flags, hc);
+                    match decide(Hook::HipHostMalloc, flags, &r, &f) {
+                        Rewrite(HostMalloc(out)) => {
+                            assert_eq!(
+                                asked,
+                                Ok(true),
+                                "{ctx}: rewrote a call that is not coherent"
+                            );
+                            assert_eq!(
+                                runtime_host_malloc(v, out, hc),
+                                Ok(false),
+                                "{ctx} -> {out:#x}"
+                            );
+                            assert_eq!(out & keep, flags & keep, "{ctx}: other bits");
+                            assert!(!undefined(flags), "{ctx}: rewrote an undefined bit");
+                        }
+                        Unchanged => {
+                            let beyond_reach = flags & UNCACHED != 0
+                                && v >= (7, 0)
+                                && runtime_host_malloc(v, flags | NC, hc).is_err();
+                            assert!(
+                                asked != Ok(true) || beyond_reach || undefined(flags),
+                                "{ctx}: left a coherent call that could be made non-coherent"
+                            );
+                        }
+                        other => panic!("{ctx}: {other:?}"),
+                    }
+                    // hipHostAlloc
+                    let asked = runtime_host_alloc(v, flags, hc);
+                    match decide(Hook::HipHostAlloc, flags, &r, &f) {
+                        Rewrite(HostMalloc(out)) => {
+                            assert_eq!(asked, Some(Ok(true)), "hipHostAlloc {ctx}");
+                            assert_eq!(
+                                runtime_host_malloc(v, out, hc),
+                                Ok(false),
+                                "hipHostAlloc {ctx}"
+                            );
+                            assert_eq!(out & keep, flags & keep, "hipHostAlloc {ctx}");
+                        }
+                        Unchanged => assert!(
+                            asked != Some(Ok(true)) || flags & UNCACHED != 0,
+                            "hipHostAlloc {ctx}: left a coherent call"
+                        ),
+                        other => panic!("hipHostAlloc {ctx}: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The two cases, spelled out: Portable alone and WriteCombined alone reach the
+    /// runtime unchanged, unless HIP_HOST_COHERENT makes them coherent.
+    #[test]
+    fn portable_and_write_combined_follow_hip_host_coherent() {
+        let f = facts(true, true, false);
+        for hook in [Hook::HipHostMalloc, Hook::HipHostAlloc] {
+            for flags in [PORTABLE, WRITE_COMBINED, PORTABLE | WRITE_COMBINED] {
+                assert_eq!(decide(hook, flags, &rules(Mode::Force), &f), Unchanged);
+                let on = Rules {
+                    host_coherent: true,
+                    ..rules(Mode::Force)
+                };
+                assert_eq!(
+                    decide(hook, flags, &on, &f),
+                    Rewrite(HostMalloc(flags | NC)),
+                    "{hook:?} {flags:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hip_host_coherent_is_read_as_the_runtime_reads_it() {
+        let on = |v: &str| hip_host_coherent(Some(v.as_bytes()));
+        assert!(!hip_host_coherent(None));
+        for v in [
+            "1",
+            "2",
+            "-1",
+            " 1",
+            "\t\n1",
+            "+1",
+            "1abc",
+            "01",
+            "4294967297",
+            "9223372036854775807",
+            "99999999999999999999",
+            "-4294967295",
+        ] {
+            assert!(on(v), "{v:?} is on");
+        }
+        for v in [
+            "",
+            " ",
+            "0",
+            "00",
+            "-0",
+            "true",
+            "yes",
+            "on",
+            "0x1",
+            "x1",
+            "4294967296",
+            "-4294967296",
+            "-99999999999999999999",
+            "- 1",
+            "+-1",
+        ] {
+            assert!(!on(v), "{v:?} is off");
+        }
+        // Not UTF-8: bytes, as the runtime reads them.
+        assert!(hip_host_coherent(Some(b"1\xff")));
+        assert!(!hip_host_coherent(Some(b"\xff1")));
+    }
+
+    #[test]
+    fn what_stays_coherent_whatever_the_shim_does() {
+        use LeftCoherent::*;
+        for flags in [0, 1, 2, 8, 0x8000_0000] {
+            assert_eq!(left_coherent(Hook::HipHostRegister, flags), Yes);
+        }
+        for hook in [Hook::HipHostMalloc, Hook::HipHostAlloc] {
+            assert_eq!(left_coherent(hook, UNCACHED), IfUncachedDefined);
+            assert_eq!(left_coherent(hook, UNCACHED | MAPPED), IfUncachedDefined);
+            assert_eq!(left_coherent(hook, UNCACHED | NC), No, "rejected by 7.x");
+            assert_eq!(
+                left_coherent(hook, UNCACHED | COHERENT),
+                No,
+                "rejected by 7.x"
+            );
+            assert_eq!(left_coherent(hook, 0), No, "rewritten, or exempt by choice");
+        }
+        assert_eq!(left_coherent(Hook::HipMemCreate, 0), No);
+        assert_eq!(left_coherent(Hook::HipMalloc, 0), No);
+        assert!(!uncached_defined(60_443_484));
+        assert!(uncached_defined(70_253_211));
+        assert!(!host_location(mem_location::DEVICE));
+        assert!(!host_location(0));
+        for t in [2, 3, 4] {
+            assert!(host_location(t));
+        }
     }
 }

@@ -19,7 +19,8 @@ macro_rules! registry {
     ($(
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
-        $(, resolves $sym:ident into $pfn:ident)? ;
+        $(, resolves $sym:ident into $pfn:ident)?
+        $(, host location in $prop:ident)? ;
     )*) => {
         /// A hooked HIP entry point. The discriminant indexes per-hook tables (stats,
         /// warnings).
@@ -38,7 +39,8 @@ macro_rules! registry {
             pub const COUNT: usize = [$(stringify!($name)),*].len();
 
             /// Whether this function hands out function pointers by name
-            /// (hipGetProcAddress): the shim substitutes its own for hooked names.
+            /// (hipGetProcAddress, hipGetDriverEntryPoint): the shim substitutes its own for
+            /// hooked names.
             pub const fn resolves_names(self) -> bool {
                 match self {
                     $( Hook::$variant => resolves!($($sym)?), )*
@@ -91,7 +93,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Hook::COUNT);
-        assert_eq!(Hook::COUNT, 11);
+        assert_eq!(Hook::COUNT, 14);
     }
 
     #[test]
@@ -112,13 +114,20 @@ mod tests {
     }
 
     #[test]
-    fn only_hip_get_proc_address_resolves_names() {
+    fn only_the_proc_address_functions_resolve_names() {
         let resolvers: Vec<_> = HOOKS
             .iter()
             .filter(|(h, _)| h.resolves_names())
             .map(|(_, n)| *n)
             .collect();
-        assert_eq!(resolvers, ["hipGetProcAddress"]);
+        assert_eq!(
+            resolvers,
+            [
+                "hipGetProcAddress",
+                "hipGetDriverEntryPoint",
+                "hipGetDriverEntryPoint_spt"
+            ]
+        );
     }
 
     #[test]

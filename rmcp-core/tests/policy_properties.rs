@@ -37,13 +37,14 @@ fn mode() -> impl Strategy<Value = Mode> {
 }
 
 fn rules() -> impl Strategy<Value = Rules> {
-    (mode(), any::<bool>()).prop_map(|(mode, keep)| Rules {
+    (mode(), any::<bool>(), any::<bool>()).prop_map(|(mode, keep, host_coherent)| Rules {
         mode,
         finegrained: if keep {
             Finegrained::Keep
         } else {
             Finegrained::Coarsen
         },
+        host_coherent,
     })
 }
 

@@ -25,7 +25,7 @@ use std::ffi::{c_int, c_uint};
 use rmcp_core::registry::Hook;
 use rmcp_sys::{HipError, error};
 
-use crate::intercept::{Call, intercept, substitute_proc_address};
+use crate::intercept::{Call, count_host_location, intercept, substitute_proc_address};
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("the trampolines are written for x86-64 only");
@@ -134,7 +134,8 @@ macro_rules! exports {
     ($(
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
-        $(, resolves $sym:ident into $pfn:ident)? ;
+        $(, resolves $sym:ident into $pfn:ident)?
+        $(, host location in $prop:ident)? ;
     )*) => {
         // Every argument of every hook travels in an integer register.
         const _: () = { $( $( integer_register::<$ty>(); )* )* };
@@ -194,7 +195,14 @@ macro_rules! exports {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             // SAFETY: the caller's own arguments, which the runtime just
                             // accepted.
-                            unsafe { substitute_proc_address($sym, $pfn, ret) }
+                            unsafe { substitute_proc_address(Hook::$variant, $sym, $pfn, ret) }
+                        }));
+                    } )?
+                    $( if rc == error::SUCCESS {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            // SAFETY: the runtime accepted the caller's call, so `$prop`
+                            // points to the hipMemAllocationProp it read.
+                            unsafe { count_host_location(Hook::$variant, $prop, ret) }
                         }));
                     } )?
                     rc

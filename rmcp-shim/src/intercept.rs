@@ -22,7 +22,7 @@ use crate::binding::{self, Binding};
 use crate::state::{self, Global};
 use crate::stats::{self, Outcome};
 use crate::thread::{self, ThreadState};
-use rmcp_core::policy::{self, Decision, Facts, Forward};
+use rmcp_core::policy::{self, Decision, Facts, Forward, LeftCoherent};
 use rmcp_core::registry::Hook;
 
 /// The facts of one call, computed only when the policy asks.
@@ -163,10 +163,99 @@ fn intercept_on(
     };
 
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        after(t, call, decision, rc, fallback, lacks);
+        let coherent =
+            rc == error::SUCCESS && decision == Decision::Unchanged && left_coherent(call, binding);
+        after(t, call, decision, rc, fallback, lacks, coherent);
+        if coherent {
+            beyond_reach(&facts, call.hook, "coherent");
+        }
         crate::report::after_call(global, binding);
     }));
     rc
+}
+
+/// Whether the call the runtime just served as asked left memory coherent that no flag
+/// changes. Uncached needs the runtime's version, asked now (after the call) if not yet.
+fn left_coherent(call: Call, binding: &Binding) -> bool {
+    match policy::left_coherent(call.hook, call.flags) {
+        LeftCoherent::No => false,
+        LeftCoherent::Yes => true,
+        LeftCoherent::IfUncachedDefined => binding
+            .copy
+            .and_then(|c| c.version())
+            .is_some_and(policy::uncached_defined),
+    }
+}
+
+static WARNED_BEYOND_REACH: [AtomicBool; Hook::COUNT] =
+    [const { AtomicBool::new(false) }; Hook::COUNT];
+
+/// Once per function, on a machine whose host allocations the shim rewrites (not for an
+/// exempt caller, which keeps coherent memory by choice): says what stayed as the runtime
+/// made it and under which counter.
+#[cold]
+fn beyond_reach(facts: &CallFacts, hook: Hook, counter: &str) {
+    if facts.global.rules.mode == rmcp_core::config::Mode::Off
+        || facts.caller_exempt()
+        || WARNED_BEYOND_REACH[hook.index()].load(Relaxed)
+        || !facts.host_affected()
+        || WARNED_BEYOND_REACH[hook.index()].swap(true, Relaxed)
+    {
+        return;
+    }
+    match hook {
+        Hook::HipMemCreate => tracing::info!(
+            "{}: a host-location (VMM) allocation is left as the runtime makes it: no flag \
+             changes it (counted as {counter}; further calls are counted, not logged)",
+            hook.name()
+        ),
+        _ => tracing::warn!(
+            "{}: {}; rmcp cannot make it non-coherent (counted as {counter}; further calls \
+             are counted, not logged)",
+            hook.name(),
+            if hook == Hook::HipHostRegister {
+                "registered host memory is coherent (fine-grained with atomics) in every HIP \
+                 runtime, whatever the flags"
+            } else {
+                "Uncached host memory is coherent and the runtime rejects it with NonCoherent"
+            }
+        ),
+    }
+}
+
+/// After a successful call of a function whose `prop` (`hipMemAllocationProp*`) may ask for
+/// host memory (hipMemCreate): counts a host location, and says so once. Not for the
+/// runtime's own calls made inside a forwarded one.
+///
+/// # Safety
+/// `prop` is null or points to a `hipMemAllocationProp` (the runtime accepted the call).
+pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, ret: usize) {
+    if prop.is_null() {
+        return;
+    }
+    // SAFETY: per this function's contract; `location.type` is an int at this offset in
+    // every runtime (rmcp_sys::mem_alloc_prop), read unaligned to ask nothing of `prop`.
+    let location = unsafe {
+        prop.cast::<u8>()
+            .add(rmcp_sys::mem_alloc_prop::LOCATION_TYPE_OFFSET)
+            .cast::<i32>()
+            .read_unaligned()
+    };
+    if !policy::host_location(location) {
+        return;
+    }
+    thread::with(|t| {
+        if t.inside() {
+            return;
+        }
+        stats::record_host_location(t.slot(), hook);
+        let Some(global) = state::global_if_built() else {
+            return;
+        };
+        if let Some(binding) = binding::for_caller(ret, global.config) {
+            beyond_reach(&CallFacts { global, binding }, hook, "host_location");
+        }
+    });
 }
 
 fn after(
@@ -176,6 +265,7 @@ fn after(
     rc: HipError,
     fallback: bool,
     lacks: bool,
+    coherent: bool,
 ) {
     let Call {
         hook,
@@ -192,6 +282,7 @@ fn after(
             fallback,
             error: rc != error::SUCCESS,
             bytes: size as u64,
+            coherent,
         },
     );
     if lacks {
@@ -247,15 +338,16 @@ fn missing(hook: Hook, why: &str) {
     }
 }
 
-/// After a successful hipGetProcAddress for a hooked name that returned a runtime's own
-/// function, hand the caller the shim's function instead, and make the caller's calls
-/// through it reach the function the runtime gave (`binding::record`). `ret` names the
-/// caller.
+/// After a successful hipGetProcAddress or hipGetDriverEntryPoint (`resolver`) for a hooked
+/// name that returned a runtime's own function, hand the caller the shim's function instead,
+/// and make the caller's calls through it reach the function the runtime gave
+/// (`binding::record`). `ret` names the caller.
 ///
 /// # Safety
 /// `symbol` is null or a NUL-terminated string; `pfn` is null or valid for reads and
-/// writes of one pointer (the caller's arguments to hipGetProcAddress).
+/// writes of one pointer (the caller's arguments to the resolver).
 pub(crate) unsafe fn substitute_proc_address(
+    resolver: Hook,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     ret: usize,
@@ -283,7 +375,8 @@ pub(crate) unsafe fn substitute_proc_address(
     // SAFETY: per this function's contract; the runtime succeeded and wrote `*pfn`.
     unsafe { *pfn = crate::exports::own_address(hook) as *mut c_void };
     tracing::debug!(
-        "hipGetProcAddress({}): handing back rmcp's function",
+        "{}({}): handing back rmcp's function",
+        resolver.name(),
         hook.name()
     );
 }

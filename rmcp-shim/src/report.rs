@@ -72,34 +72,76 @@ impl Report {
     /// The summary for RMCP_STATS=1: a header, then one line per hook that was called.
     pub(crate) fn human(&self) -> String {
         let pid = self.pid;
-        let mut out = format!(
-            "rmcp[{pid}] stats: mode {}, runtime {} (version {})\n",
-            self.mode,
-            self.runtime.path.as_deref().unwrap_or("none"),
-            self.runtime
-                .version
-                .map_or_else(|| "unknown".to_string(), |v| v.to_string()),
-        );
-        let mut line = |name: &str, c: [String; 5]| {
+        let mut out = String::new();
+        let version = |r: &RuntimeReport| {
+            r.version
+                .map_or_else(|| "unknown".to_string(), |v| v.to_string())
+        };
+        if self.runtimes.len() > 1 {
+            out.push_str(&format!("rmcp[{pid}] stats: mode {}\n", self.mode));
+            for r in &self.runtimes {
+                out.push_str(&format!(
+                    "rmcp[{pid}] runtime {}{} (version {})\n",
+                    r.path.as_deref().unwrap_or("none"),
+                    file_note(r),
+                    version(r)
+                ));
+            }
+        } else {
             out.push_str(&format!(
-                "rmcp[{pid}] {name:<24}{:>10}{:>10}{:>10}{:>10}{:>16}\n",
-                c[0], c[1], c[2], c[3], c[4]
+                "rmcp[{pid}] stats: mode {}, runtime {}{} (version {})\n",
+                self.mode,
+                self.runtime.path.as_deref().unwrap_or("none"),
+                file_note(&self.runtime),
+                version(&self.runtime),
+            ));
+        }
+        let mut line = |name: &str, c: [String; 7]| {
+            out.push_str(&format!(
+                "rmcp[{pid}] {name:<27}{:>8}{:>10}{:>10}{:>8}{:>14}{:>9}{:>14}\n",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6]
             ));
         };
         line(
             "function",
-            ["calls", "rewritten", "fallbacks", "errors", "bytes"].map(String::from),
+            [
+                "calls",
+                "rewritten",
+                "fallbacks",
+                "errors",
+                "bytes",
+                "coherent",
+                "host_location",
+            ]
+            .map(String::from),
         );
         for (_, name) in HOOKS {
             let c = self.calls[name];
             if c.calls > 0 {
                 line(
                     name,
-                    [c.calls, c.rewritten, c.fallbacks, c.errors, c.bytes].map(|v| v.to_string()),
+                    [
+                        c.calls,
+                        c.rewritten,
+                        c.fallbacks,
+                        c.errors,
+                        c.bytes,
+                        c.coherent,
+                        c.host_location,
+                    ]
+                    .map(|v| v.to_string()),
                 );
             }
         }
         out
+    }
+}
+
+/// ` (file PATH)` when the name a copy was opened by is not the file it is.
+fn file_note(r: &RuntimeReport) -> String {
+    match (&r.path, &r.file) {
+        (Some(p), Some(f)) if p != f => format!(" (file {f})"),
+        _ => String::new(),
     }
 }
 
@@ -174,19 +216,23 @@ fn banner(g: &Global, c: &Copy) {
         format!(" (file {})", c.path)
     };
     tracing::info!(
-        "mode {}, runtime {}{file}, hipRuntimeGetVersion {version}, host allocations {}",
+        "mode {}, runtime {}{file}, hipRuntimeGetVersion {version}, coherent host \
+         allocations: {}{}; left coherent whatever the mode (counted as coherent): \
+         hipHostRegister, Uncached host allocations; hipMemCreate with a host location: \
+         unchanged (counted as host_location)",
         g.config.mode.as_str(),
         c.name,
         if g.config.mode == Mode::DryRun {
-            if host {
-                "would be rewritten"
-            } else {
-                "unchanged"
-            }
+            if host { "would rewrite" } else { "unchanged" }
         } else if host && g.config.mode != Mode::Off {
             "rewritten"
         } else {
             "unchanged"
+        },
+        if g.rules.host_coherent {
+            " (HIP_HOST_COHERENT is on: requests without a coherence flag are coherent too)"
+        } else {
+            ""
         },
     );
     for d in c.devices_if_listed() {
@@ -271,6 +317,61 @@ fn write_report() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_names_each_copy_and_its_file() {
+        let copy = |name: &str, file: &str, v| RuntimeReport {
+            path: Some(name.into()),
+            file: Some(file.into()),
+            version: Some(v),
+        };
+        let one = Report::new(
+            "dry-run",
+            vec![copy(
+                "/l/libamdhip64.so.7",
+                "/l/libamdhip64.so.7.2.53211",
+                70253211,
+            )],
+            vec![],
+        );
+        let head = one.human().lines().next().unwrap().to_string();
+        assert!(
+            head.ends_with(
+                "stats: mode dry-run, runtime /l/libamdhip64.so.7 (file \
+                 /l/libamdhip64.so.7.2.53211) (version 70253211)"
+            ),
+            "{head}"
+        );
+        let two = Report::new(
+            "force",
+            vec![
+                copy(
+                    "/l/libamdhip64.so.6",
+                    "/l/libamdhip64.so.6.4.43484",
+                    60443484,
+                ),
+                copy("/l/libamdhip64.so.7", "/l/libamdhip64.so.7", 70253211),
+            ],
+            vec![],
+        );
+        let text = two.human();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("stats: mode force"), "{text}");
+        assert!(
+            lines[1].ends_with(
+                "runtime /l/libamdhip64.so.6 (file /l/libamdhip64.so.6.4.43484) (version 60443484)"
+            ),
+            "{text}"
+        );
+        assert!(
+            lines[2].ends_with("runtime /l/libamdhip64.so.7 (version 70253211)"),
+            "{text}"
+        );
+        assert!(lines[3].contains("coherent") && lines[3].contains("host_location"));
+        let json = serde_json::to_value(&two).unwrap();
+        assert_eq!(json["runtimes"][0]["file"], "/l/libamdhip64.so.6.4.43484");
+        assert_eq!(json["runtime"]["path"], "/l/libamdhip64.so.6");
+    }
 
     #[test]
     fn stats_path_substitutes_pid() {

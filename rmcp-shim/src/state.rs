@@ -90,10 +90,20 @@ fn build() -> Global {
         rules: Rules {
             mode: config.mode,
             finegrained: config.finegrained,
+            host_coherent: runtime_host_coherent(),
         },
         classes,
         topology,
     }
+}
+
+/// The runtime's HIP_HOST_COHERENT, read from the environment the runtime reads it from
+/// (`Flag::init` walks `environ` when the runtime initialises; the first definition wins, as
+/// with getenv), parsed as the runtime parses it.
+fn runtime_host_coherent() -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let value = std::env::var_os("HIP_HOST_COHERENT");
+    rmcp_core::policy::hip_host_coherent(value.as_deref().map(OsStrExt::as_bytes))
 }
 
 fn read_topology(cfg: &Config) -> Option<Topology> {

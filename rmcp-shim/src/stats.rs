@@ -23,6 +23,8 @@ struct Counters {
     fallbacks: AtomicU64,
     errors: AtomicU64,
     bytes: AtomicU64,
+    coherent: AtomicU64,
+    host_location: AtomicU64,
 }
 
 impl Counters {
@@ -33,15 +35,19 @@ impl Counters {
             fallbacks: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            coherent: AtomicU64::new(0),
+            host_location: AtomicU64::new(0),
         }
     }
-    fn all(&self) -> [&AtomicU64; 5] {
+    fn all(&self) -> [&AtomicU64; 7] {
         [
             &self.calls,
             &self.rewritten,
             &self.fallbacks,
             &self.errors,
             &self.bytes,
+            &self.coherent,
+            &self.host_location,
         ]
     }
 }
@@ -139,6 +145,9 @@ pub(crate) struct Outcome {
     /// The caller got a non-success answer.
     pub(crate) error: bool,
     pub(crate) bytes: u64,
+    /// The call succeeded and left memory coherent that no flag changes
+    /// (`rmcp_core::policy::LeftCoherent`).
+    pub(crate) coherent: bool,
 }
 
 /// Counts one call in `slot` (the calling thread's, from `thread::ThreadState::slot`).
@@ -159,6 +168,18 @@ pub(crate) fn record(slot: usize, hook: Hook, o: Outcome) {
     if o.bytes != 0 {
         add(&c.bytes, o.bytes, exclusive);
     }
+    if o.coherent {
+        add(&c.coherent, 1, exclusive);
+    }
+}
+
+/// Counts one successful hipMemCreate with a host location in `slot`.
+pub(crate) fn record_host_location(slot: usize, hook: Hook) {
+    add(
+        &COUNTERS[slot].0[hook.index()].host_location,
+        1,
+        slot < SLOTS,
+    );
 }
 
 /// In the child of a fork: zero every counter (the child counts its own calls) and free
@@ -184,6 +205,11 @@ pub(crate) struct Counts {
     pub(crate) fallbacks: u64,
     pub(crate) errors: u64,
     pub(crate) bytes: u64,
+    /// Successful calls that left memory coherent which no flag changes: hipHostRegister,
+    /// 7.x Uncached host allocations.
+    pub(crate) coherent: u64,
+    /// Successful hipMemCreate calls with a host location (never changed).
+    pub(crate) host_location: u64,
 }
 
 pub(crate) fn counts(hook: Hook) -> Counts {
@@ -195,6 +221,8 @@ pub(crate) fn counts(hook: Hook) -> Counts {
         c.fallbacks += s.fallbacks.load(Ordering::Relaxed);
         c.errors += s.errors.load(Ordering::Relaxed);
         c.bytes = c.bytes.wrapping_add(s.bytes.load(Ordering::Relaxed));
+        c.coherent += s.coherent.load(Ordering::Relaxed);
+        c.host_location += s.host_location.load(Ordering::Relaxed);
     }
     c
 }
@@ -240,6 +268,7 @@ mod tests {
                             fallback: i == 0,
                             error: i == 3,
                             bytes: 10,
+                            coherent: i == 5,
                         };
                         record(slot, hook, o);
                     }
@@ -260,7 +289,9 @@ mod tests {
                 rewritten: 1000 * n.div_ceil(2),
                 fallbacks: 1000,
                 errors: 1000,
-                bytes: 10_000 * n
+                bytes: 10_000 * n,
+                coherent: 1000,
+                host_location: 0,
             }
         );
         let report = crate::report::Report::new("auto", vec![], vec![]);

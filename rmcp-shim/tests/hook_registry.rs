@@ -24,15 +24,15 @@ fn registry_and_exports_agree() {
     assert_eq!(difference(&kit::shim()), Vec::<String>::new());
     assert_eq!(
         rmcp_core::registry::exported_names().count(),
-        12,
-        "11 hooks and dlsym"
+        15,
+        "14 hooks and dlsym"
     );
 }
 
 #[test]
 fn a_library_missing_hooks_fails_the_check() {
-    // The fake runtime exports more than the registry and lacks nothing hooked but
-    // hipGetProcAddress in its 5.x build: the comparison must see both differences.
+    // The fake runtime exports more than the registry and lacks hipGetProcAddress and
+    // hipGetDriverEntryPoint in its 5.x build: the comparison must see both differences.
     let d = difference(&kit::fake_dir(5).join("libamdhip64.so.5"));
     assert!(d.contains(&"-hipGetProcAddress".to_string()), "{d:?}");
     assert!(d.contains(&"+hipFree".to_string()), "{d:?}");

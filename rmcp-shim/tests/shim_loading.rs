@@ -280,3 +280,120 @@ fn exempt_callers_are_left_alone() {
         .run();
     assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
 }
+
+/// hipGetDriverEntryPoint (7.1+) and its per-thread-stream form resolve names as
+/// hipGetProcAddress does: a hooked name comes back as the shim's function, and calls through
+/// it are decided and reach the function the runtime gave.
+#[test]
+fn get_driver_entry_point_hands_back_the_shim_for_hooked_names() {
+    let out = Run::probe(7)
+        .args([
+            "entrypoint:hipHostMalloc",
+            "entrypoint:hipMalloc:1",
+            "entrypoint_spt:hipHostMalloc",
+            "entrypoint:hipFree:2",
+            "entrypoint:hipNoSuchThing",
+        ])
+        .run();
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("entrypoint hipHostMalloc rc=0 status=0 found=1 same_as_direct=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[1].starts_with("entrypoint-call rc=0 ptr=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[2].starts_with("entrypoint hipMalloc rc=0 status=0 found=1 same_as_direct=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[3].starts_with("entrypoint_spt hipHostMalloc rc=0 status=0 found=1 same_as_direct=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[4].starts_with("entrypoint_spt-call rc=0 ptr=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[5].starts_with("entrypoint hipFree rc=0 status=0 found=1"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[6].starts_with("entrypoint hipNoSuchThing rc=1 status=1 found=0"),
+        "{}",
+        out.stdout
+    );
+    // Both calls through the handed-back pointers were rewritten.
+    assert_eq!(
+        out.allocs(),
+        [("hipHostMalloc".into(), NC), ("hipHostMalloc".into(), NC)]
+    );
+    assert_eq!(out.stat("hipGetDriverEntryPoint", "calls"), 4);
+    assert_eq!(out.stat("hipGetDriverEntryPoint_spt", "calls"), 1);
+    assert_eq!(out.stat("hipHostMalloc", "rewritten"), 2);
+
+    // The answers are the runtime's; without the shim the pointers are the runtime's own.
+    let without = Run::probe(7)
+        .no_shim()
+        .args(["entrypoint:hipHostMalloc", "entrypoint:hipNoSuchThing"])
+        .run();
+    assert!(
+        without
+            .stdout
+            .starts_with("entrypoint hipHostMalloc rc=0 status=0 found=1 same_as_direct=1"),
+        "{}",
+        without.stdout
+    );
+    assert_eq!(without.allocs(), [("hipHostMalloc".into(), 0)]);
+
+    // Off: nothing is substituted.
+    let out = Run::probe(7)
+        .mode("off")
+        .args(["entrypoint:hipHostMalloc"])
+        .run();
+    assert!(out.stdout.contains("same_as_direct=1"), "{}", out.stdout);
+    assert_eq!(out.allocs(), [("hipHostMalloc".into(), 0)]);
+}
+
+/// A runtime without hipGetDriverEntryPoint (before 7.1): the shim's export answers 302 and
+/// logs once, as for any hooked function the runtime lacks.
+#[test]
+fn get_driver_entry_point_on_a_runtime_without_it_answers_302() {
+    let out = Run::probe(6)
+        .args(["entrypoint:hipHostMalloc", "entrypoint:hipMalloc"])
+        .run();
+    out.assert_success();
+    assert!(
+        out.stdout.contains("entrypoint hipHostMalloc rc=302")
+            && out.stdout.contains("entrypoint hipMalloc rc=302"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        out.stderr_lines("hipGetDriverEntryPoint").len(),
+        1,
+        "{}",
+        out.stderr
+    );
+    // Without the shim the probe finds no such function.
+    let without = Run::probe(6)
+        .no_shim()
+        .args(["entrypoint:hipHostMalloc"])
+        .run();
+    assert!(
+        without
+            .stdout
+            .contains("entrypoint hipHostMalloc rc=302 missing=1"),
+        "{}",
+        without.stdout
+    );
+}

@@ -80,6 +80,10 @@ const STEPS: &[Step] = &[
         0x1000_0000,
     ),
     same("hipHostMalloc:4096:0x100", "hipHostMalloc", 0x100),
+    // Portable and WriteCombined alone: the runtime already makes them non-coherent.
+    same("hipHostMalloc:4096:0x1", "hipHostMalloc", 0x1),
+    same("hipHostMalloc:4096:0x4", "hipHostMalloc", 0x4),
+    same("hipHostMalloc:4096:0x5", "hipHostMalloc", 0x5),
     step(
         "hipMemAllocHost:4096",
         Class::Host,
@@ -99,6 +103,8 @@ const STEPS: &[Step] = &[
         ("hipHostAlloc", 0x6),
     ),
     same("hipHostAlloc:4096:0x40000000", "hipHostAlloc", 0x4000_0000),
+    same("hipHostAlloc:4096:0x1", "hipHostAlloc", 0x1),
+    same("hipHostAlloc:4096:0x4", "hipHostAlloc", 0x4),
     step(
         "hipExtMallocWithFlags:4096:1",
         Class::Device,
@@ -339,6 +345,54 @@ fn host_alloc_follows_the_runtime_version() {
     }
 }
 
+/// The runtime's HIP_HOST_COHERENT, read as the runtime reads it (atoi, non-zero), makes a
+/// request without a coherence flag coherent: then Portable and WriteCombined are rewritten
+/// too, and counted.
+#[test]
+fn hip_host_coherent_makes_portable_and_write_combined_coherent() {
+    let steps = [
+        "hipHostMalloc:4096:0x1",
+        "hipHostMalloc:4096:0x4",
+        "hipHostAlloc:4096:0x1",
+        "hipHostMalloc:4096:0x80000001",
+    ];
+    for (value, on) in [
+        (None, false),
+        (Some("0"), false),
+        (Some("true"), false),
+        (Some(""), false),
+        (Some("1"), true),
+        (Some(" -1"), true),
+        (Some("2x"), true),
+    ] {
+        let mut run = Run::probe(6).mode("force").args(steps);
+        if let Some(v) = value {
+            run = run.env("HIP_HOST_COHERENT", v);
+        }
+        let out = run.run();
+        out.assert_success();
+        let want: Vec<(String, u32)> = if on {
+            vec![
+                ("hipHostMalloc".into(), NC | 0x1),
+                ("hipHostMalloc".into(), NC | 0x4),
+                ("hipHostMalloc".into(), NC | 0x1),
+                ("hipHostMalloc".into(), NC | 0x1),
+            ]
+        } else {
+            vec![
+                ("hipHostMalloc".into(), 0x1),
+                ("hipHostMalloc".into(), 0x4),
+                ("hipHostAlloc".into(), 0x1),
+                ("hipHostMalloc".into(), NC | 0x1),
+            ]
+        };
+        assert_eq!(out.allocs(), want, "HIP_HOST_COHERENT={value:?}");
+        let n = u64::from(on);
+        assert_eq!(out.stat("hipHostMalloc", "rewritten"), 2 * n, "{value:?}");
+        assert_eq!(out.stat("hipHostAlloc", "rewritten"), n, "{value:?}");
+    }
+}
+
 #[test]
 fn finegrained_keep_leaves_device_memory() {
     let out = Run::probe(6)
@@ -448,4 +502,98 @@ fn devices_and_runtime_appear_in_stats() {
     assert_eq!(devices[1]["affected"], false);
     assert!(s["pid"].as_u64().unwrap() > 0);
     assert_eq!(out.stat("hipMalloc", "bytes"), 100);
+}
+
+/// What stays coherent whatever the shim does is passed through and counted: hipHostRegister
+/// (coherent in every runtime, whatever the flags) and 7.x Uncached host memory as
+/// `coherent`, hipMemCreate with a host location (7.x) as `host_location`, each said once
+/// on an affected machine (a warning; for hipMemCreate at info); nothing about the calls
+/// changes.
+#[test]
+fn what_the_shim_cannot_change_is_passed_through_and_counted() {
+    let steps = [
+        "hipHostRegister:4096:0",
+        "hipHostRegister:4096:8",
+        "hipHostMalloc:4096:0x10000000",
+        "hipHostMalloc:4096:0x10000002",
+        "hipHostAlloc:4096:0x10000000",
+        "memcreate:4096:1",
+        "memcreate:4096:2",
+        "memcreate:4096:2",
+    ];
+    for mode in ["auto", "force", "dry-run", "off"] {
+        let out = Run::probe(7)
+            .mode(mode)
+            .env("RMCP_LOG", "info")
+            .args(steps)
+            .run();
+        out.assert_success();
+        assert_eq!(
+            out.allocs(),
+            [
+                ("hipHostRegister".into(), 0),
+                ("hipHostRegister".into(), 8),
+                ("hipHostMalloc".into(), 0x1000_0000),
+                ("hipHostMalloc".into(), 0x1000_0002),
+                ("hipHostAlloc".into(), 0x1000_0000),
+            ],
+            "{mode}"
+        );
+        let created: Vec<u32> = out
+            .record
+            .iter()
+            .filter(|r| r.func == "hipMemCreate")
+            .map(|r| r.flags)
+            .collect();
+        assert_eq!(created, [1, 2, 2], "{mode}: location types as asked");
+        assert!(
+            out.results().iter().all(|l| l.contains("rc=0")),
+            "{mode}: {:?}",
+            out.results()
+        );
+        assert_eq!(out.stat("hipHostRegister", "coherent"), 2, "{mode}");
+        assert_eq!(out.stat("hipHostMalloc", "coherent"), 2, "{mode}");
+        assert_eq!(out.stat("hipHostAlloc", "coherent"), 1, "{mode}");
+        assert_eq!(out.stat("hipMemCreate", "calls"), 3, "{mode}");
+        assert_eq!(out.stat("hipMemCreate", "host_location"), 2, "{mode}");
+        assert_eq!(out.stat("hipMemCreate", "coherent"), 0, "{mode}");
+        for f in [
+            "hipHostRegister",
+            "hipHostMalloc",
+            "hipHostAlloc",
+            "hipMemCreate",
+        ] {
+            assert_eq!(out.stat(f, "rewritten"), 0, "{mode} {f}");
+            let warned = out.stderr_lines(&format!("{f}: ")).len();
+            let want = usize::from(mode != "off");
+            assert_eq!(warned, want, "{mode}: warnings for {f}:\n{}", out.stderr);
+        }
+    }
+
+    // Before 7.0 Uncached means nothing to the runtime: not counted as coherent. A host
+    // location is rejected there, and a failed call is not counted.
+    let out = Run::probe(6)
+        .args(["hipHostMalloc:4096:0x10000000", "memcreate:4096:2"])
+        .run();
+    out.assert_success();
+    assert_eq!(out.stat("hipHostMalloc", "coherent"), 0);
+    assert!(
+        out.stdout
+            .contains("hipMemCreate size=4096 location=2 rc=1"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(out.stat("hipMemCreate", "host_location"), 0);
+
+    // An exempt caller keeps coherent memory by choice: counted, not warned about.
+    let out = Run::probe(7)
+        .env("RMCP_EXEMPT", "hip_probe")
+        .args(["hipHostRegister:4096:0"])
+        .run();
+    assert_eq!(out.stat("hipHostRegister", "coherent"), 1);
+    assert!(
+        out.stderr_lines("hipHostRegister").is_empty(),
+        "{}",
+        out.stderr
+    );
 }

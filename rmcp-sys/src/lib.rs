@@ -69,6 +69,27 @@ pub mod host_register {
     pub const MAPPED: u32 = 2;
     pub const IO_MEMORY: u32 = 4;
     pub const READ_ONLY: u32 = 8;
+    /// 7.x's name for 0x8; accepted and ignored on Linux by 7.2.4 (docs/compat.md).
+    pub const EXT_COARSE_GRAINED: u32 = 8;
+    /// 7.x.
+    pub const EXT_UNCACHED: u32 = 0x8000_0000;
+}
+
+/// `hipMemCreate`'s `hipMemAllocationProp` (hip_runtime_api.h): `type` (int), the requested
+/// handle type (int), then `location` = { `hipMemLocationType type`, `int id` }, from 5.x to
+/// 7.x.
+pub mod mem_alloc_prop {
+    /// Byte offset of `location.type`.
+    pub const LOCATION_TYPE_OFFSET: usize = 8;
+}
+
+/// `hipMemLocationType`. Up to 6.4 only Device exists; 7.x's driver_types.h adds the host
+/// ones (7.2.4's hipMemCreate accepts Host, not the NUMA ones).
+pub mod mem_location {
+    pub const DEVICE: i32 = 1;
+    pub const HOST: i32 = 2;
+    pub const HOST_NUMA: i32 = 3;
+    pub const HOST_NUMA_CURRENT: i32 = 4;
 }
 
 /// `hipMallocManaged` flags.
@@ -138,7 +159,8 @@ macro_rules! hip_api {
 /// The one table of HIP entry points rmcp interposes: name, `Hook` variant, the C
 /// signature (hip_runtime_api.h), and which arguments carry the out-pointer, the size and
 /// the flags. `resolves SYMBOL into PFN` marks a function that hands out function pointers
-/// by name. Everything that lists hooks is generated from this table: `HipApi` here,
+/// by name; `host location in PROP` one whose `hipMemAllocationProp` argument may ask for host
+/// memory (counted, never changed). Everything that lists hooks is generated from this table: `HipApi` here,
 /// `rmcp_core::registry::Hook`, the shim's exports and its linker version script.
 ///
 /// Invoke with the name of a local macro, which receives the rows.
@@ -181,6 +203,25 @@ macro_rules! hooked_functions {
                 (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
                  hip_version: ::core::ffi::c_int, flags: u64, status: *mut ::core::ffi::c_int)
                 => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
+            /// Since hip_7.1. Resolves names as hipGetProcAddress does (dlsym on the runtime's
+            /// own handle, trying `NAME_spt` first for hipEnablePerThreadDefaultStream).
+            /// `status` is a `hipDriverEntryPointQueryResult*`.
+            hipGetDriverEntryPoint = HipGetDriverEntryPoint
+                (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
+                 flags: ::core::ffi::c_ulonglong, status: *mut ::core::ffi::c_int)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
+            /// Since hip_5.1. `handle` is a `hipMemGenericAllocationHandle_t*`, `prop` a
+            /// `const hipMemAllocationProp*` (see `mem_alloc_prop`).
+            hipMemCreate = HipMemCreate
+                (handle: *mut u64, size: usize, prop: *const ::core::ffi::c_void,
+                 flags: ::core::ffi::c_ulonglong)
+                => out: ::core::ptr::null_mut(), size: size, flags: 0, host location in prop;
+            /// Since hip_7.1: what hipGetDriverEntryPoint becomes in code built with
+            /// per-thread default streams (`amd_hip_runtime_pt_api.h`).
+            hipGetDriverEntryPoint_spt = HipGetDriverEntryPointSpt
+                (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
+                 flags: ::core::ffi::c_ulonglong, status: *mut ::core::ffi::c_int)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
         }
     };
 }
@@ -190,7 +231,8 @@ macro_rules! hip_api_with_queries {
     ($(
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
-        $(, resolves $sym:ident into $pfn:ident)? ;
+        $(, resolves $sym:ident into $pfn:ident)?
+        $(, host location in $prop:ident)? ;
     )*) => {
         hip_api! {
             $( $(#[$doc])* $name($($arg: $ty),*); )*
@@ -308,5 +350,6 @@ mod tests {
         assert_eq!(api.address_of("hipHostMalloc"), None);
         assert_eq!(api.address_of("notAHipName"), None);
         assert!(HipApi::NAMES.contains(&"hipGetProcAddress"));
+        assert!(HipApi::NAMES.contains(&"hipGetDriverEntryPoint"));
     }
 }

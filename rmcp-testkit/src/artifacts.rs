@@ -14,20 +14,22 @@ pub fn fake_dir(major: u8) -> PathBuf {
     })
 }
 
-/// examples/hip_probe.c as an executable linked to `libamdhip64.so.<major>` (5 or 6).
+/// examples/hip_probe.c as an executable linked to `libamdhip64.so.<major>` (5, 6 or 7).
 pub fn probe(major: u8) -> PathBuf {
     PathBuf::from(match major {
         5 => env!("RMCP_HIP_PROBE_5"),
         6 => env!("RMCP_HIP_PROBE_6"),
+        7 => env!("RMCP_HIP_PROBE_7"),
         _ => panic!("no probe for .so.{major}"),
     })
 }
 
-/// examples/hip_probe.c as `libframework<major>.so` exporting `probe_main` (5 or 6).
+/// examples/hip_probe.c as `libframework<major>.so` exporting `probe_main` (5, 6 or 7).
 pub fn framework(major: u8) -> PathBuf {
     PathBuf::from(match major {
         5 => env!("RMCP_FRAMEWORK_5"),
         6 => env!("RMCP_FRAMEWORK_6"),
+        7 => env!("RMCP_FRAMEWORK_7"),
         _ => panic!("no framework for .so.{major}"),
     })
 }

@@ -7,11 +7,10 @@
  *
  * miopenCreate fails before any allocation when there is no GPU, so the shim would never
  * be asked for anything. With --hip the client then calls hipHostMalloc(4096, 0) looked
- * up on MIOpen's handle (dlsym(lib, ...) searches MIOpen and its dependencies, among them
- * the runtime MIOpen brought in): with the shim preloaded the lookup hands back the
- * shim's function, which forwards to that runtime. (dlsym(RTLD_DEFAULT) from the program
- * finds no hipHostMalloc, with or without the shim: MIOpen was loaded RTLD_LOCAL, so the
- * runtime is not in the global scope.)
+ * up on MIOpen's handle (dlsym(lib), which searches MIOpen and its dependencies): the
+ * runtime MIOpen brought in, or with the shim preloaded the shim's function bound to that
+ * runtime. (Not through the global scope: MIOpen was loaded RTLD_LOCAL, so the runtime is
+ * not there, and dlsym(RTLD_DEFAULT) answers NULL with and without the shim.)
  *
  * Prints:
  *   miopenCreate status=N handle=0|1

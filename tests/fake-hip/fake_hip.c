@@ -4,7 +4,8 @@
  * rmcp-testkit/build.rs compiles this file three times, as libamdhip64.so.5, .so.6 and
  * .so.7 (-DFAKEHIP_MAJOR=5/6/7), each with a GNU version script so that every
  * export carries the same version node as in the real runtime
- * (hipMalloc@@hip_4.2, hipMallocAsync@@hip_5.1, hipGetProcAddress@@hip_6.1).
+ * (hipMalloc@@hip_4.2, hipMallocAsync@@hip_5.1, hipGetProcAddress@@hip_6.1, and in the .so.7
+ * build hipGetDriverEntryPoint@@hip_7.1).
  *
  * Environment (read once, on the first call of any export):
  *   FAKEHIP_RECORD=path   append one line per call of any export:
@@ -117,6 +118,7 @@ static const char *const g_count_funcs[] = {
     "hipHostUnregister",   "hipHostGetFlags",       "hipFree",              "hipHostFree",
     "hipMallocAsync",      "hipMallocFromPoolAsync", "hipRuntimeGetVersion", "hipGetDeviceCount",
     "hipGetDevice",        "hipSetDevice",          "hipDeviceGetPCIBusId", "hipGetProcAddress",
+    "hipGetDriverEntryPoint", "hipGetDriverEntryPoint_spt", "hipMemCreate", "hipMemRelease",
 };
 #define COUNT_NFUNCS (sizeof g_count_funcs / sizeof g_count_funcs[0])
 static __thread const char *t_count_last;
@@ -382,7 +384,7 @@ static void fake_init_once(void)
 #elif FAKEHIP_MAJOR == 6
     g_version = 60443483;
 #else
-    g_version = 70051831;
+    g_version = 70253211; /* Debian's 7.2.4 */
 #endif
     if (ver != NULL && ver[0] != '\0')
         g_version = (int)strtol(ver, NULL, 0);
@@ -571,7 +573,7 @@ static int is_alloc_func(const char *func)
     static const char *const names[] = {
         "hipMalloc",       "hipExtMallocWithFlags", "hipHostMalloc",  "hipHostAlloc",
         "hipMallocHost",   "hipMemAllocHost",       "hipMallocManaged", "hipHostRegister",
-        "hipMallocAsync",  "hipMallocFromPoolAsync",
+        "hipMallocAsync",  "hipMallocFromPoolAsync", "hipMemCreate",
     };
     size_t i;
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -907,6 +909,43 @@ EXPORT int hipMallocFromPoolAsync(void **p, size_t n, void *pool, void *stream)
     return rc;
 }
 
+/* hipMemCreate (hip_5.1): like the real runtimes' checks on hipMemAllocationProp
+ * { int type; int requestedHandleType; { int type; int id; } location; ... }: handle, size,
+ * flags 0, type Pinned (1); location Device (1) everywhere, Host (2) only in the .so.7 build
+ * (7.2.4 accepts Host, not HostNuma/HostNumaCurrent). The record's flags field holds the
+ * location type. The handle is the allocation's address. */
+struct fake_mem_prop {
+    int type;
+    int handle_type;
+    int location_type;
+    int location_id;
+};
+
+EXPORT int hipMemCreate(unsigned long long *handle, size_t n, const void *prop_arg,
+                        unsigned long long flags)
+{
+    CALL_BEGIN();
+    const struct fake_mem_prop *prop = prop_arg;
+    unsigned loc = prop != NULL ? (unsigned)prop->location_type : 0;
+    int rc;
+    if (handle == NULL || n == 0 || flags != 0 || prop == NULL || prop->type != 1)
+        rc = hipErrorInvalidValue;
+    else if (!(loc == 1 || (FAKEHIP_MAJOR >= 7 && loc == 2)))
+        rc = hipErrorInvalidValue;
+    else
+        rc = do_alloc("hipMemCreate", (void **)handle, n, loc, KIND_DEVICE);
+    CALL_END("hipMemCreate", n, loc, rc);
+    return rc;
+}
+
+EXPORT int hipMemRelease(unsigned long long handle)
+{
+    CALL_BEGIN();
+    int rc = do_free("hipMemRelease", (void *)(uintptr_t)handle);
+    CALL_END("hipMemRelease", 0, 0, rc);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Exported queries                                                         */
 /* ------------------------------------------------------------------------ */
@@ -1047,6 +1086,65 @@ EXPORT int hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uin
     (void)hipVersion;
     rc = do_get_proc_address(symbol, pfn, symbolStatus);
     rec_leave(rs__, "hipGetProcAddress", 0, (unsigned long long)flags, rc, ra__,
+              symbol ? symbol : "(null)");
+    return rc;
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* hipGetDriverEntryPoint (hip_7.1; only in the .so.7 build)                */
+/* ------------------------------------------------------------------------ */
+
+#if FAKEHIP_MAJOR >= 7
+/* Like clr's hipGetDriverEntryPoint_common: flags must be hipEnableDefault (0),
+ * hipEnableLegacyStream (1) or hipEnablePerThreadDefaultStream (2); with 2, NAME_spt is
+ * looked up first, then NAME; dlsym on the runtime's own handle. Not found: *pfn = NULL,
+ * *status = hipDriverEntryPointSymbolNotFound (1), hipErrorInvalidValue. */
+static int do_get_driver_entry_point(const char *func, const char *symbol, void **pfn,
+                                     unsigned long long flags, int *status)
+{
+    char spt[256];
+    void *f = NULL;
+    int rc;
+    if (check_failure(func, &rc))
+        return rc;
+    if (symbol == NULL || symbol[0] == '\0' || pfn == NULL || flags > 2)
+        return hipErrorInvalidValue;
+    pthread_once(&g_self_once, self_handle_once);
+    if (g_self_handle == NULL)
+        return hipErrorInvalidValue;
+    if (flags == 2 && snprintf(spt, sizeof spt, "%s_spt", symbol) < (int)sizeof spt)
+        f = dlsym(g_self_handle, spt);
+    if (f == NULL)
+        f = dlsym(g_self_handle, symbol);
+    *pfn = f;
+    if (f == NULL) {
+        if (status != NULL)
+            *status = 1;
+        return hipErrorInvalidValue;
+    }
+    if (status != NULL)
+        *status = 0;
+    return hipSuccess;
+}
+
+EXPORT int hipGetDriverEntryPoint(const char *symbol, void **pfn, unsigned long long flags,
+                                  int *status)
+{
+    CALL_BEGIN();
+    int rc = do_get_driver_entry_point("hipGetDriverEntryPoint", symbol, pfn, flags, status);
+    rec_leave(rs__, "hipGetDriverEntryPoint", 0, flags, rc, ra__, symbol ? symbol : "(null)");
+    return rc;
+}
+
+/* The per-thread-default-stream spelling: flags 0 means per-thread here. */
+EXPORT int hipGetDriverEntryPoint_spt(const char *symbol, void **pfn, unsigned long long flags,
+                                      int *status)
+{
+    CALL_BEGIN();
+    int rc = do_get_driver_entry_point("hipGetDriverEntryPoint_spt", symbol, pfn,
+                                       flags == 0 ? 2 : flags, status);
+    rec_leave(rs__, "hipGetDriverEntryPoint_spt", 0, flags, rc, ra__,
               symbol ? symbol : "(null)");
     return rc;
 }
