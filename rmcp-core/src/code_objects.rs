@@ -789,7 +789,17 @@ pub fn scan_fatbin<R: ReadAt + ?Sized>(r: &R, start: u64, len: u64) -> FatbinSca
                 match next {
                     Next::At(n) => match find_magic(r, n, end, NEXT_WINDOW) {
                         Ok(Some(p)) => pos = p,
-                        Ok(None) => break,
+                        Ok(None) => {
+                            // Padding is zeros; anything else is a bundle rmcp cannot read.
+                            if let Some(at) = first_nonzero(r, n, end, NEXT_WINDOW) {
+                                scan.problem = Some(corrupt(format!(
+                                    "no offload bundle at section offset {:#x}, where the \
+                                     bytes after the previous one resume",
+                                    at - start
+                                )));
+                            }
+                            break;
+                        }
                         Err(e) => {
                             scan.problem = Some(e);
                             break;
@@ -949,6 +959,13 @@ fn summarise(offset: u64, format: BundleFormat, entries: &[Entry]) -> BundleInfo
         }
     }
     info
+}
+
+/// The first non-zero byte in the `window` bytes from `from` (never past `end`).
+fn first_nonzero<R: ReadAt + ?Sized>(r: &R, from: u64, end: u64, window: usize) -> Option<u64> {
+    let n = (end.saturating_sub(from)).min(window as u64) as usize;
+    let buf = read_range(r, from, n).ok()?;
+    buf.iter().position(|&b| b != 0).map(|i| from + i as u64)
 }
 
 /// The next compressed-bundle magic in `[from, end)`.
