@@ -658,79 +658,101 @@ pub enum Inflated {
 /// Inflates at most `want` bytes from the start of a compressed stream (`input` is a
 /// prefix of it). Only the blocks that hold those bytes are decoded.
 pub fn decompress_prefix(method: Method, input: &[u8], want: usize) -> Result<Inflated, Error> {
-    if want == 0 {
-        return Ok(Inflated::Bytes(Vec::new()));
-    }
-    match method {
-        Method::Zlib => inflate_zlib(input, want),
-        Method::Zstd => inflate_zstd(input, want),
-    }
+    Inflaters::default().prefix(method, input, want)
 }
 
-fn inflate_zlib(input: &[u8], want: usize) -> Result<Inflated, Error> {
-    use miniz_oxide::inflate::stream::{InflateState, inflate};
-    use miniz_oxide::{DataFormat, MZError, MZFlush, MZStatus};
-    let mut state = InflateState::new_boxed(DataFormat::Zlib);
-    let mut out = vec![0u8; want];
-    let (mut inp, mut outp) = (0usize, 0usize);
-    loop {
-        let res = inflate(&mut state, &input[inp..], &mut out[outp..], MZFlush::None);
-        inp += res.bytes_consumed;
-        outp += res.bytes_written;
-        let stuck = res.bytes_consumed == 0 && res.bytes_written == 0;
-        match res.status {
-            Ok(MZStatus::StreamEnd) => {
-                out.truncate(outp);
-                return Ok(Inflated::Bytes(out));
-            }
-            _ if outp >= want => return Ok(Inflated::Bytes(out)),
-            Ok(_) | Err(MZError::Buf) if inp >= input.len() && (stuck || res.status.is_err()) => {
-                return Ok(Inflated::NeedInput);
-            }
-            Ok(_) if !stuck => {}
-            Ok(_) | Err(_) => {
-                return Err(corrupt(format!(
-                    "zlib stream is corrupt after {outp} bytes"
-                )));
+/// Decoder states kept from one bundle to the next: a section can hold thousands of
+/// compressed bundles, and setting a decoder up costs more than inflating one table.
+#[derive(Default)]
+struct Inflaters {
+    zlib: Option<Box<miniz_oxide::inflate::stream::InflateState>>,
+    zstd: Option<ruzstd::decoding::FrameDecoder>,
+}
+
+impl Inflaters {
+    fn prefix(&mut self, method: Method, input: &[u8], want: usize) -> Result<Inflated, Error> {
+        if want == 0 {
+            return Ok(Inflated::Bytes(Vec::new()));
+        }
+        match method {
+            Method::Zlib => self.zlib(input, want),
+            Method::Zstd => self.zstd(input, want),
+        }
+    }
+
+    fn zlib(&mut self, input: &[u8], want: usize) -> Result<Inflated, Error> {
+        use miniz_oxide::inflate::stream::{InflateState, inflate};
+        use miniz_oxide::{DataFormat, MZError, MZFlush, MZStatus};
+        let state = self
+            .zlib
+            .get_or_insert_with(|| InflateState::new_boxed(DataFormat::Zlib));
+        state.reset(DataFormat::Zlib);
+        let mut out = vec![0u8; want];
+        let (mut inp, mut outp) = (0usize, 0usize);
+        loop {
+            let res = inflate(state, &input[inp..], &mut out[outp..], MZFlush::None);
+            inp += res.bytes_consumed;
+            outp += res.bytes_written;
+            let stuck = res.bytes_consumed == 0 && res.bytes_written == 0;
+            match res.status {
+                Ok(MZStatus::StreamEnd) => {
+                    out.truncate(outp);
+                    return Ok(Inflated::Bytes(out));
+                }
+                _ if outp >= want => return Ok(Inflated::Bytes(out)),
+                Ok(_) | Err(MZError::Buf)
+                    if inp >= input.len() && (stuck || res.status.is_err()) =>
+                {
+                    return Ok(Inflated::NeedInput);
+                }
+                Ok(_) if !stuck => {}
+                Ok(_) | Err(_) => {
+                    return Err(corrupt(format!(
+                        "zlib stream is corrupt after {outp} bytes"
+                    )));
+                }
             }
         }
     }
-}
 
-fn inflate_zstd(input: &[u8], want: usize) -> Result<Inflated, Error> {
-    use std::io::Read;
-    let mut src: &[u8] = input;
-    let mut dec = match ruzstd::decoding::StreamingDecoder::new(&mut src) {
-        Ok(d) => d,
-        Err(e) => {
-            return if input.len() < 18 || src.is_empty() {
-                Ok(Inflated::NeedInput)
-            } else {
-                Err(corrupt(format!("zstd frame header: {e}")))
-            };
-        }
-    };
-    let mut out = vec![0u8; want];
-    let mut got = 0;
-    while got < want {
-        match dec.read(&mut out[got..]) {
-            Ok(0) => {
-                out.truncate(got);
-                return Ok(Inflated::Bytes(out));
-            }
-            Ok(n) => got += n,
+    fn zstd(&mut self, input: &[u8], want: usize) -> Result<Inflated, Error> {
+        use std::io::Read;
+        let frame = self
+            .zstd
+            .get_or_insert_with(ruzstd::decoding::FrameDecoder::new);
+        let mut src: &[u8] = input;
+        let mut dec = match ruzstd::decoding::StreamingDecoder::new_with_decoder(&mut src, frame) {
+            Ok(d) => d,
             Err(e) => {
-                return if dec.get_ref().is_empty() {
+                return if input.len() < 18 || src.is_empty() {
                     Ok(Inflated::NeedInput)
                 } else {
-                    Err(corrupt(format!(
-                        "zstd stream is corrupt after {got} bytes: {e}"
-                    )))
+                    Err(corrupt(format!("zstd frame header: {e}")))
                 };
             }
+        };
+        let mut out = vec![0u8; want];
+        let mut got = 0;
+        while got < want {
+            match dec.read(&mut out[got..]) {
+                Ok(0) => {
+                    out.truncate(got);
+                    return Ok(Inflated::Bytes(out));
+                }
+                Ok(n) => got += n,
+                Err(e) => {
+                    return if dec.get_ref().is_empty() {
+                        Ok(Inflated::NeedInput)
+                    } else {
+                        Err(corrupt(format!(
+                            "zstd stream is corrupt after {got} bytes: {e}"
+                        )))
+                    };
+                }
+            }
         }
+        Ok(Inflated::Bytes(out))
     }
-    Ok(Inflated::Bytes(out))
 }
 
 /// How a bundle is stored.
@@ -779,11 +801,12 @@ pub fn scan_fatbin<R: ReadAt + ?Sized>(r: &R, start: u64, len: u64) -> FatbinSca
         return scan;
     };
     let mut pos = start;
+    let mut inflaters = Inflaters::default();
     loop {
         if end - pos < 4 {
             break;
         }
-        match read_bundle(r, pos, end) {
+        match read_bundle(r, pos, end, &mut inflaters) {
             Ok((info, next)) => {
                 scan.bundles.push(info);
                 match next {
@@ -838,7 +861,12 @@ enum Next {
     Search(u64),
 }
 
-fn read_bundle<R: ReadAt + ?Sized>(r: &R, pos: u64, end: u64) -> Result<(BundleInfo, Next), Error> {
+fn read_bundle<R: ReadAt + ?Sized>(
+    r: &R,
+    pos: u64,
+    end: u64,
+    inflaters: &mut Inflaters,
+) -> Result<(BundleInfo, Next), Error> {
     let avail = end - pos;
     let mut want = FIRST_READ.min(avail as usize);
     let head = read_range(r, pos, want)?;
@@ -888,7 +916,7 @@ fn read_bundle<R: ReadAt + ?Sized>(r: &R, pos: u64, end: u64) -> Result<(BundleI
         };
         let stream_start = pos + h.header_len as u64;
         let stream_len = stream_end - stream_start;
-        let entries = inflate_table(r, &h, stream_start, stream_len)?;
+        let entries = inflate_table(r, &h, stream_start, stream_len, inflaters)?;
         let format = BundleFormat::Compressed {
             version: h.version,
             method: h.method,
@@ -909,13 +937,14 @@ fn inflate_table<R: ReadAt + ?Sized>(
     h: &CompressedHeader,
     stream_start: u64,
     stream_len: u64,
+    inflaters: &mut Inflaters,
 ) -> Result<Vec<Entry>, Error> {
     let cap = stream_len.min(MAX_COMPRESSED_INPUT as u64) as usize;
-    let mut in_len = (64usize << 10).min(cap);
+    let mut in_len = (4usize << 10).min(cap);
     let mut want = FIRST_READ;
     let mut input = read_range(r, stream_start, in_len)?;
     loop {
-        match decompress_prefix(h.method, &input, want)? {
+        match inflaters.prefix(h.method, &input, want)? {
             Inflated::NeedInput => {
                 if input.len() < in_len || in_len >= cap {
                     return Err(corrupt(format!(
@@ -991,26 +1020,28 @@ fn find<R: ReadAt + ?Sized>(
     window: usize,
     magics: &[&[u8]],
 ) -> Result<Option<u64>, Error> {
-    const CHUNK: usize = 1 << 20;
+    // Bundles are aligned to 4096 bytes: the next one is almost always in the first page.
+    let mut chunk: usize = 4096;
     let overlap = BUNDLE_MAGIC.len() - 1;
     let limit = end.min(from.saturating_add(window as u64));
     let mut at = from;
     while at < limit {
-        let n = ((limit - at) as usize).min(CHUNK) + overlap;
+        let n = ((limit - at) as usize).min(chunk) + overlap;
         let buf = read_range(r, at, n.min((end - at) as usize))?;
         if buf.len() < 4 {
             return Ok(None);
         }
-        for i in 0..buf.len() {
-            let rest = &buf[i..];
-            if at + i as u64 >= limit {
-                break;
+        let scan_len = buf.len().min((limit - at) as usize);
+        for i in 0..scan_len {
+            if !magics.iter().any(|m| m[0] == buf[i]) {
+                continue;
             }
-            if magics.iter().any(|m| rest.starts_with(m)) {
+            if magics.iter().any(|m| buf[i..].starts_with(m)) {
                 return Ok(Some(at + i as u64));
             }
         }
-        at += CHUNK as u64;
+        at += chunk as u64;
+        chunk = 1 << 20;
     }
     Ok(None)
 }
