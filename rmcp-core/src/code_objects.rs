@@ -1082,7 +1082,7 @@ pub fn kdb_target(file_name: &str) -> Option<Gfx> {
     if digits.len() < n {
         return None;
     }
-    Gfx::parse(&stem[..3 + n])
+    Gfx::parse(stem.get(..3 + n)?)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1347,6 +1347,9 @@ mod tests {
         assert_eq!(kdb("gfx1100_48.kdb").as_deref(), Some("gfx1100"));
         assert_eq!(kdb("gfx1030_36.db"), None);
         assert_eq!(kdb("gfx.kdb"), None);
+        // Found by the fuzzer: a multi-byte character where the ISA ends.
+        assert_eq!(kdb("gfx9\u{fffd}0!6e.kdb"), None);
+        assert_eq!(kdb("gfx10\u{e9}.kdb"), None);
     }
 
     use super::write;

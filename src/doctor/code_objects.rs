@@ -826,7 +826,19 @@ fn names(libs: &[&Library]) -> String {
             None => l.name.clone(),
         })
         .collect();
-    v.join("; ")
+    match v.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => v.concat(),
+    }
+}
+
+/// Whether a library has code for the GPU's real ISA in every fat binary.
+fn native(lib: &Library, gpu: &Gpu) -> bool {
+    if lib.format == CodeFormat::Kdb {
+        return lib.kdb.contains(&gpu.gfx);
+    }
+    let sets: Vec<&[TargetId]> = lib.sets.iter().map(Vec::as_slice).collect();
+    co::verdict(&sets, gpu.gfx, None) == Verdict::Present
 }
 
 fn gpu_findings(
@@ -848,38 +860,34 @@ fn gpu_findings(
             .collect()
     };
     let code_libs = of(&|l, _, _| l.format != CodeFormat::Kdb);
-    let fine = of(&|l, _, s| l.format != CodeFormat::Kdb && s == Status::Ok);
     let worst = libs
         .iter()
         .zip(verdicts)
         .map(|(_, vs)| vs[gi].1)
         .max()
         .unwrap_or(Status::Ok);
-    let mut summary = Finding::new(
-        Check::CodeObjects,
-        worst,
-        format!(
-            "{who}: {} of {} HIP librar{} found {} code {} can run{}.",
-            fine.len(),
-            code_libs.len(),
-            if code_libs.len() == 1 { "y" } else { "ies" },
-            if code_libs.len() == 1 {
-                "carries"
-            } else {
-                "carry"
-            },
-            if rt == real {
-                real.to_string()
-            } else {
-                format!("this GPU (as {rt})")
-            },
-            if gpu.override_gfx.is_some() && rt != real {
-                " through HSA_OVERRIDE_GFX_VERSION"
-            } else {
-                ""
-            }
-        ),
+    let n = code_libs.len();
+    let natives = code_libs.iter().filter(|l| native(l, gpu)).count();
+    let mut text = format!(
+        "{who}: {natives} of {n} HIP librar{} found {} {real} code (or a generic target \
+         covering it).",
+        if n == 1 { "y" } else { "ies" },
+        if n == 1 { "carries" } else { "carry" },
     );
+    if let Some((_, value)) = gpu.override_gfx.as_ref().filter(|_| rt != real) {
+        let runs = code_libs
+            .iter()
+            .filter(|l| {
+                let sets: Vec<&[TargetId]> = l.sets.iter().map(Vec::as_slice).collect();
+                co::verdict(&sets, real, Some(rt)) == Verdict::Override
+            })
+            .count();
+        text.push_str(&format!(
+            " HSA_OVERRIDE_GFX_VERSION={value} makes the runtime look for {rt} code instead, \
+             which {runs} of them carry."
+        ));
+    }
+    let mut summary = Finding::new(Check::CodeObjects, worst, text);
     summary.details = libs
         .iter()
         .zip(verdicts)
@@ -936,10 +944,16 @@ fn gpu_findings(
              TensileLibrary.dat\"."
         ));
     }
-    let has = if missing.len() == 1 {
-        "It has"
-    } else {
-        "Some of them have"
+    let family = |minor: u32| {
+        missing
+            .iter()
+            .filter(|l| has_family_code(l, real, minor).is_some())
+            .count()
+    };
+    let has = |count: usize| match (missing.len(), count) {
+        (1, _) => "It has",
+        (m, c) if m == c => "They have",
+        _ => "Some of them have",
     };
     if rt == real {
         if real.major() == 10 && real.minor() == 1 {
@@ -949,7 +963,7 @@ fn gpu_findings(
                      workaround, runs RDNA2 code on this RDNA1 silicon: a known cause of GPU \
                      memory faults and hangs. Use builds that include {real} (or \
                      gfx10-1-generic).",
-                    has
+                    has(family(3))
                 ));
             }
         } else if let Some(g) = missing
@@ -957,8 +971,9 @@ fn gpu_findings(
             .find_map(|l| has_family_code(l, real, real.minor()))
         {
             msg.push_str(&format!(
-                " {has} {g} code, of the same ISA family: \
+                " {} {g} code, of the same ISA family: \
                  HSA_OVERRIDE_GFX_VERSION={}.{}.{} makes the runtime load it.",
+                has(family(real.minor())),
                 g.major(),
                 g.minor(),
                 g.stepping()
