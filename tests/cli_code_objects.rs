@@ -471,7 +471,8 @@ fn debian_rocsparse_against_llvms_bundler() {
     let ok = Command::new("dd")
         .arg(format!("if={}", lib.display()))
         .arg(format!("of={}", head.display()))
-        .args(["bs=4096", "count=256", "status=none"])
+        // 64 MiB: the whole first bundle (clang 15's bundler crashes on a cut one).
+        .args(["bs=4096", "count=16384", "status=none"])
         .arg(format!("skip={}", offset / 4096))
         .status()
         .unwrap();
@@ -524,5 +525,95 @@ fn debian_rocsparse_against_llvms_bundler() {
         assert_eq!(verdict(&j, lib), pair("override", "ok"));
         let (_, j) = json("rdna1", &[lib], &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
         assert_eq!(verdict(&j, lib), pair("override", "error"));
+    }
+}
+
+/// Debian sid's rocBLAS (librocblas4 6.4.4), from the root tests/compat/run builds and
+/// caches (RMCP_COMPAT_CACHE, default /var/cache/rmcp-compat in CI): the shared library
+/// (1 GB) against clang-offload-bundler's list of its first bundle, and its Tensile
+/// directory against the files dpkg recorded for the package. Skipped when the root has
+/// not been built yet (it is made after the tests in .ci/run).
+#[test]
+fn debian_sid_rocblas_and_its_tensile_files() {
+    let cache = std::env::var_os("RMCP_COMPAT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/rmcp-compat"));
+    let root = cache.join("roots/sid");
+    let lib = root.join("usr/lib/x86_64-linux-gnu/librocblas.so.4");
+    let dpkg_list = root.join("var/lib/dpkg/info/librocblas4.list");
+    let bundler = Path::new("/usr/lib/llvm-15/bin/clang-offload-bundler");
+    if !lib.exists() || !dpkg_list.exists() || !bundler.exists() {
+        eprintln!(
+            "skipped: no Debian sid root with librocblas4 under {}",
+            cache.display()
+        );
+        return;
+    }
+    let (offset, _) = readelf_section(&lib, FATBIN_SECTION).expect("readelf -S");
+    let tmp = tempfile::tempdir().unwrap();
+    let head = tmp.path().join("head.bundle");
+    let real = std::fs::canonicalize(&lib).unwrap();
+    assert!(
+        Command::new("dd")
+            .arg(format!("if={}", real.display()))
+            .arg(format!("of={}", head.display()))
+            // 64 MiB: the whole first bundle (clang 15's bundler crashes on a cut one).
+            .args(["bs=4096", "count=16384", "status=none"])
+            .arg(format!("skip={}", offset / 4096))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = Command::new(bundler)
+        .args(["--list", "--type=bc"])
+        .arg(format!("--input={}", head.display()))
+        .output()
+        .unwrap();
+    let llvm: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("hipv4-amdgcn-amd-amdhsa--"))
+        .map(str::to_string)
+        .collect();
+    assert!(!llvm.is_empty(), "{out:?}");
+    // The Tensile directory: what dpkg installed under rocblas/<version>/library/.
+    let installed = std::fs::read_to_string(&dpkg_list).unwrap();
+    let tensile_files: Vec<&str> = installed
+        .lines()
+        .filter(|l| l.contains("/rocblas/") && l.contains("/library/"))
+        .collect();
+    let tensile_dir = root.join(
+        Path::new(tensile_files[0].trim_start_matches('/'))
+            .parent()
+            .unwrap(),
+    );
+    for (fixture_name, gfx) in [
+        ("rdna1", "gfx1010"),
+        ("rdna2", "gfx1031"),
+        ("rdna3", "gfx1100"),
+    ] {
+        let (_, j) = json(fixture_name, &[&lib, &tensile_dir], &[]);
+        let want = |has: bool| {
+            if has {
+                pair("present", "ok")
+            } else {
+                pair("missing", "error")
+            }
+        };
+        let in_llvm = llvm.iter().any(|t| t.split(':').next() == Some(gfx));
+        assert_eq!(verdict(&j, &lib), want(in_llvm), "{fixture_name} library");
+        let in_dpkg = tensile_files
+            .iter()
+            .any(|f| f.contains(&format!("_{gfx}.")) || f.contains(&format!("_{gfx}-")));
+        assert_eq!(
+            verdict(&j, &tensile_dir),
+            want(in_dpkg),
+            "{fixture_name} Tensile"
+        );
+        assert!(
+            row(&j, &lib)["package"]
+                .as_str()
+                .unwrap()
+                .starts_with("librocblas4 ")
+        );
     }
 }
