@@ -175,6 +175,27 @@ fn hipcc_library_without_the_cards_code() {
     assert_eq!(code, Some(1));
     let m = message_for(&j, "override");
     assert!(m.contains("RDNA2 code on RDNA1 silicon"), "{m}");
+    // The human output says the same, in the same order, within 80 columns.
+    let text = String::from_utf8(
+        doctor(
+            "rdna1",
+            &[&lib],
+            &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
+            false,
+        )
+        .stdout,
+    )
+    .unwrap();
+    let squash = |s: &str| s.split_whitespace().collect::<String>();
+    let flat = squash(&text);
+    let mut at = 0;
+    for f in code_findings(&j) {
+        let m = squash(f["message"].as_str().unwrap());
+        at += flat[at..]
+            .find(&m)
+            .unwrap_or_else(|| panic!("{m} not in order in {text}"));
+    }
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
     // 10.1.0, the matching value, gives the runtime gfx1010, which the library lacks.
     let (_, j) = json("rdna1", &[&lib], &[("HSA_OVERRIDE_GFX_VERSION", "10.1.0")]);
     assert_eq!(verdict(&j, &lib), pair("missing", "error"));
