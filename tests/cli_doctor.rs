@@ -1,8 +1,10 @@
 //! `rmcp doctor` against the KFD topology fixtures (tests/fixtures, see its README).
 //!
 //! Every run gets a clean environment (PATH and HOME only, plus what a test sets), a fake
-//! /dev (RMCP_DEV_ROOT) with kfd and render nodes, and an empty /sys/module
-//! (RMCP_MODULE_ROOT), so the results do not depend on this machine.
+//! /dev (RMCP_DEV_ROOT) with kfd and render nodes, an empty /sys/module
+//! (RMCP_MODULE_ROOT), and an empty directory to look for GPU code in (`--scan`), so the
+//! results do not depend on this machine. tests/cli_code_objects.rs tests the
+//! `code-objects` check.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -15,6 +17,8 @@ const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
 struct Env {
     dev: tempfile::TempDir,
     module: tempfile::TempDir,
+    /// Where the code-objects check looks instead of this machine's libraries.
+    scan: tempfile::TempDir,
 }
 
 /// A /dev with kfd and renderD128..renderD135, all rw.
@@ -28,6 +32,7 @@ fn env() -> Env {
     Env {
         dev,
         module: tempfile::tempdir().unwrap(),
+        scan: tempfile::tempdir().unwrap(),
     }
 }
 
@@ -47,7 +52,7 @@ fn doctor_cmd(e: &Env, sysfs: Option<&Path>, vars: &[(&str, &str)], json: bool) 
     for (k, v) in vars {
         c.env(k, v);
     }
-    c.arg("doctor");
+    c.arg("doctor").arg("--scan").arg(e.scan.path());
     if let Some(s) = sysfs {
         c.arg("--sysfs").arg(s);
     }
@@ -400,6 +405,7 @@ fn cpu_only() {
     let empty_dev = Env {
         dev: tempfile::tempdir().unwrap(),
         module: tempfile::tempdir().unwrap(),
+        scan: tempfile::tempdir().unwrap(),
     };
     let (out, j) = json(&empty_dev, Some(&fixture("cpu-only")), &[]);
     assert_eq!(out.status.code(), Some(0));
@@ -412,6 +418,7 @@ fn missing_dev_kfd_with_gpus_is_an_error() {
     let e = Env {
         dev: tempfile::tempdir().unwrap(),
         module: tempfile::tempdir().unwrap(),
+        scan: tempfile::tempdir().unwrap(),
     };
     let (out, j) = json(&e, Some(&fixture("rdna2")), &[]);
     assert_eq!(out.status.code(), Some(1));
@@ -781,6 +788,7 @@ fn json_schema_is_stable() {
         "summary",
         "gpus",
         "libraries",
+        "code_objects",
         "findings",
     ] {
         assert!(j.get(key).is_some(), "{key}");

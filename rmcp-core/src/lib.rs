@@ -7,9 +7,12 @@
 //! - [`classify`]: which GPUs, and so which allocations, rmcp treats as affected;
 //! - [`policy`]: the rewrite rules (given flags, device class and config, what is forwarded);
 //! - [`registry`]: the hooked HIP functions, generated from `rmcp_sys::hooked_functions!`;
-//! - [`config`]: the RMCP_* variables, from one declarative table.
+//! - [`config`]: the RMCP_* variables, from one declarative table;
+//! - [`code_objects`]: which GPU targets a HIP library carries code for (ELF sections,
+//!   offload bundles, target IDs), read from bytes a caller supplies.
 
 pub mod classify;
+pub mod code_objects;
 pub mod config;
 pub mod gfx;
 pub mod policy;

@@ -79,3 +79,18 @@ pub fn exported_functions(file: &std::path::Path) -> std::collections::BTreeSet<
         })
         .collect()
 }
+
+/// Debian's hipcc (ROCm 5.2.3), if installed. Missing: a skip, but a failure with
+/// RMCP_REQUIRE_REAL_HIP=1 or in CI.
+pub fn hipcc() -> Option<PathBuf> {
+    let found = which("hipcc");
+    if found.is_none() {
+        assert!(
+            std::env::var("RMCP_REQUIRE_REAL_HIP").as_deref() != Ok("1")
+                && std::env::var_os("CI").is_none(),
+            "RMCP_REQUIRE_REAL_HIP=1 or CI, but no hipcc is installed (apt-get install hipcc)"
+        );
+        eprintln!("skipped: no hipcc");
+    }
+    found
+}

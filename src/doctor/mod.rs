@@ -10,7 +10,10 @@
 //! - `overrides`: HSA_OVERRIDE_GFX_VERSION against each GPU's ISA (`gfx-override`);
 //! - `setup`: RMCP_* settings, LD_PRELOAD and where the shim is (`rmcp-config`,
 //!   `ld-preload`, `shim`);
-//! - `runtimes`: every libamdhip64 a process could load (`hip-runtime`);
+//! - `runtimes`: every libamdhip64 a process could load (`hip-runtime`), and the Python
+//!   site-packages directories;
+//! - `code_objects`: which GPU targets the installed HIP libraries carry code for
+//!   (`code-objects`; the formats are `rmcp_core::code_objects`);
 //! - `environment`: HIP/ROCr/PyTorch variables that change allocations (`env`);
 //! - `driver`: amdgpu parameters and device files (`amdgpu-param`, `device-access`);
 //! - `files`: reading small system files;
@@ -28,6 +31,7 @@ use rmcp_core::topology::GpuNode;
 use crate::build_info;
 use report::{Report, Roots};
 
+mod code_objects;
 mod driver;
 mod environment;
 mod files;
@@ -47,6 +51,11 @@ pub struct DoctorArgs {
     /// KFD topology root (default: $RMCP_SYSFS_ROOT, else /sys/class/kfd/kfd/topology).
     #[arg(long, value_name = "ROOT")]
     pub sysfs: Option<PathBuf>,
+    /// Look for GPU code in these files or directories (a venv, /opt/rocm, a build tree)
+    /// instead of the default places (Python site-packages, /opt/rocm*, the system's
+    /// library directory).
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub scan: Vec<PathBuf>,
 }
 
 /// Exit status when doctor itself failed (a check panicked, the report could not be
@@ -71,11 +80,11 @@ pub fn diagnose(args: &DoctorArgs) -> Report {
         module: env_path("RMCP_MODULE_ROOT", "/sys/module"),
         dev: env_path("RMCP_DEV_ROOT", "/dev"),
     };
-    run_all(&roots, &cfg)
+    run_all(&roots, &cfg, &args.scan)
 }
 
 /// Runs every check, in the order of the report.
-fn run_all(roots: &Roots, cfg: &Config) -> Report {
+fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
     let mut findings = Vec::new();
     let topo = gpus::topology(roots, &mut findings);
     let nodes: &[GpuNode] = topo.as_ref().map(|t| t.gpus.as_slice()).unwrap_or(&[]);
@@ -98,8 +107,21 @@ fn run_all(roots: &Roots, cfg: &Config) -> Report {
     setup::rmcp_config(cfg, &mut findings);
     setup::ld_preload(&mut findings);
     setup::shim(&mut findings);
-    let libraries = runtimes::search();
+    let site_packages = runtimes::site_packages();
+    let libraries = runtimes::search(&site_packages);
     runtimes::findings(&libraries, &mut findings);
+    let scanned = code_objects::scan(scan, &site_packages);
+    let code_gpus: Vec<code_objects::Gpu> = nodes
+        .iter()
+        .zip(&overrides)
+        .map(|(g, ov)| {
+            let parsed = ov
+                .as_deref()
+                .and_then(|v| overrides::OverrideValue::parse(v).map(|o| (o.gfx(), v.to_string())));
+            code_objects::Gpu::new(g, parsed)
+        })
+        .collect();
+    let code_rows = code_objects::findings(&scanned, &code_gpus, &mut findings);
     environment::variables(nodes, &mut findings);
     driver::amdgpu_params(&roots.module, nodes, &mut findings);
     driver::device_access(&roots.dev, &rows, &mut findings);
@@ -109,6 +131,7 @@ fn run_all(roots: &Roots, cfg: &Config) -> Report {
         sysfs: roots.sysfs.clone(),
         gpus: rows,
         libraries,
+        code_objects: code_rows,
         findings,
     }
 }

@@ -50,6 +50,7 @@ pub enum Check {
     LdPreload,
     Shim,
     HipRuntime,
+    CodeObjects,
     Env,
     AmdgpuParam,
     DeviceAccess,
@@ -66,6 +67,7 @@ impl Check {
             Check::LdPreload => "ld-preload",
             Check::Shim => "shim",
             Check::HipRuntime => "hip-runtime",
+            Check::CodeObjects => "code-objects",
             Check::Env => "env",
             Check::AmdgpuParam => "amdgpu-param",
             Check::DeviceAccess => "device-access",
@@ -229,6 +231,53 @@ pub struct LibraryRow {
     pub default_for: Vec<String>,
 }
 
+/// How a library carries its GPU code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CodeFormat {
+    /// An ELF file whose `.hip_fatbin` holds plain offload bundles.
+    Plain,
+    /// The same with compressed (`CCOB`) bundles, some or all.
+    CompressedBundle,
+    /// A directory of Tensile code objects (rocBLAS, hipBLASLt), one file set per target.
+    Tensile,
+    /// A directory of MIOpen kernel databases.
+    Kdb,
+}
+
+/// The verdict for one library and one GPU (`code_objects[].gpus[]` in JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CodeVerdict {
+    pub node: u32,
+    /// The real ISA.
+    pub gfx: String,
+    /// The ISA the runtime looks for: the override's, when HSA_OVERRIDE_GFX_VERSION applies.
+    pub runtime_gfx: String,
+    /// `present`, `override`, `override-misses`, `partial`, `missing`.
+    pub verdict: &'static str,
+    pub status: Status,
+}
+
+/// One library with GPU code (`code_objects[]` in JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CodeObjectRow {
+    /// The file, or the directory of a Tensile library or kernel databases.
+    pub path: String,
+    /// `PyTorch`, `rocBLAS (Tensile)`, or the file name.
+    pub name: String,
+    /// The package it belongs to, when the path tells: `torch 2.5.1+rocm6.2 in /venv`,
+    /// `librocsparse0 5.3.0+dfsg-2`, `ROCm 6.2.0`.
+    pub package: Option<String>,
+    pub format: CodeFormat,
+    /// For compressed bundles: `zstd v3`, ...
+    pub compression: Option<String>,
+    /// Offload bundles read (ELF files only).
+    pub bundles: Option<usize>,
+    /// Every target found, canonical target IDs (`gfx90a:xnack-`).
+    pub targets: Vec<String>,
+    pub gpus: Vec<CodeVerdict>,
+}
+
 /// Everything doctor found.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -239,6 +288,8 @@ pub struct Report {
     pub sysfs: PathBuf,
     pub gpus: Vec<GpuRow>,
     pub libraries: Vec<LibraryRow>,
+    /// Libraries with GPU code (the `code-objects` check).
+    pub code_objects: Vec<CodeObjectRow>,
     pub findings: Vec<Finding>,
 }
 
@@ -286,6 +337,7 @@ struct ReportJson<'a> {
     summary: Summary,
     gpus: &'a [GpuRow],
     libraries: &'a [LibraryRow],
+    code_objects: &'a [CodeObjectRow],
     findings: &'a [Finding],
 }
 
@@ -312,6 +364,7 @@ impl Serialize for Report {
             summary: self.summary(),
             gpus: &self.gpus,
             libraries: &self.libraries,
+            code_objects: &self.code_objects,
             findings: &self.findings,
         }
         .serialize(serializer)
@@ -352,6 +405,7 @@ mod tests {
             Check::LdPreload,
             Check::Shim,
             Check::HipRuntime,
+            Check::CodeObjects,
             Check::Env,
             Check::AmdgpuParam,
             Check::DeviceAccess,
@@ -360,6 +414,14 @@ mod tests {
         }
         for a in [Atomics::Supported, Atomics::Unsupported, Atomics::Unknown] {
             assert_eq!(name(a), a.as_str());
+        }
+        for (f, s) in [
+            (CodeFormat::Plain, "plain"),
+            (CodeFormat::CompressedBundle, "compressed-bundle"),
+            (CodeFormat::Tensile, "tensile"),
+            (CodeFormat::Kdb, "kdb"),
+        ] {
+            assert_eq!(name(f), s);
         }
         for a in [Action::Rewrites, Action::DryRun, Action::Off, Action::No] {
             assert_eq!(name(a), a.as_str());
@@ -401,6 +463,7 @@ mod tests {
             sysfs: PathBuf::from("/t"),
             gpus: vec![],
             libraries: vec![],
+            code_objects: vec![],
             findings: vec![
                 Finding::new(Check::Env, Status::Ok, "a"),
                 Finding::new(Check::Env, Status::Error, "b"),

@@ -89,7 +89,7 @@ pub fn parse_ld_cache(text: &str) -> Vec<(String, PathBuf)> {
 
 /// Site-packages directories of the python3 on PATH, or of the interpreter RMCP_PYTHON
 /// names (empty: do not ask); none if there is none or it takes too long.
-fn site_packages() -> Vec<PathBuf> {
+pub fn site_packages() -> Vec<PathBuf> {
     let python = std::env::var_os("RMCP_PYTHON").unwrap_or_else(|| "python3".into());
     if python.is_empty() {
         return Vec::new();
@@ -145,8 +145,9 @@ struct Found {
     soname: Option<String>,
 }
 
-/// Every copy found, deduplicated by the real file, in ld.so order first.
-pub fn search() -> Vec<LibraryRow> {
+/// Every copy found, deduplicated by the real file, in ld.so order first; `site_packages`
+/// from [`site_packages`].
+pub fn search(site_packages: &[PathBuf]) -> Vec<LibraryRow> {
     let mut found: Vec<Found> = Vec::new();
 
     // 1. LD_LIBRARY_PATH (ld.so searches it before the cache).
@@ -200,8 +201,8 @@ pub fn search() -> Vec<LibraryRow> {
         }
     }
     // 4. Python site-packages: <package>/lib/ and <package>/ (torch/lib, rocm wheels).
-    for sp in site_packages() {
-        let Ok(rd) = std::fs::read_dir(&sp) else {
+    for sp in site_packages {
+        let Ok(rd) = std::fs::read_dir(sp) else {
             continue;
         };
         let mut pkgs: Vec<PathBuf> = rd
