@@ -47,6 +47,7 @@ fn main() {
         PROBE_SRC,
         DLOPEN_CLIENT_SRC,
         HOTPATH_SRC,
+        "tests/c/hip_alloc.h",
     ] {
         rerun_if_changed(path);
     }
@@ -165,7 +166,6 @@ fn main() {
     transparency_clients(&cc, &root_dir, &out);
     reliability_clients(&cc, &root_dir, &out);
     asan_app(&cc, &root_dir, &out);
-    robustness_clients(&cc, &root_dir, &out);
 }
 
 /// `RMCP_ASAN_APP`: tests/c/asan_app.c with `-fsanitize=address`, linked to the .so.6 fake
@@ -200,38 +200,18 @@ fn asan_app(cc: &Compiler, root_dir: &Path, out: &Path) {
     }
 }
 
-/// The clients of the "never worse" tests (issue 13), linked to the .so.6 fake:
+/// Executables linked to the .so.6 fake, for the reliability tests:
+/// `RMCP_STRESS_CLIENT` (tests/c/stress.c) and `RMCP_FORK_CLIENT` (tests/c/forker.c)
+/// (reliability_*.rs), and the clients of the "never worse" tests (issue 13):
 /// `RMCP_NOMEM_CLIENT` (tests/c/nomem.c: a malloc family that fails from a chosen call on)
 /// and `RMCP_FD_CLIENT` (tests/c/fdclient.c: rearranges its standard descriptors).
-fn robustness_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
-    let fake6 = out.join("fake-hip-6");
-    for (name, src, var) in [
-        ("nomem", "tests/c/nomem.c", "RMCP_NOMEM_CLIENT"),
-        ("fdclient", "tests/c/fdclient.c", "RMCP_FD_CLIENT"),
-    ] {
-        rerun_if_changed(src);
-        let exe = out.join(name);
-        cc.run(
-            name,
-            &[
-                "-o".into(),
-                exe.display().to_string(),
-                root_dir.join(src).display().to_string(),
-                format!("-L{}", fake6.display()),
-                "-lamdhip64".into(),
-            ],
-        );
-        println!("cargo:rustc-env={var}={}", exe.display());
-    }
-}
-
-/// The reliability tests' clients (reliability_*.rs), linked to the .so.6 fake:
-/// `RMCP_STRESS_CLIENT` (tests/c/stress.c) and `RMCP_FORK_CLIENT` (tests/c/forker.c).
 fn reliability_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
     let fake6 = out.join("fake-hip-6");
     for (name, src, var) in [
         ("stress", "tests/c/stress.c", "RMCP_STRESS_CLIENT"),
         ("forker", "tests/c/forker.c", "RMCP_FORK_CLIENT"),
+        ("nomem", "tests/c/nomem.c", "RMCP_NOMEM_CLIENT"),
+        ("fdclient", "tests/c/fdclient.c", "RMCP_FD_CLIENT"),
     ] {
         rerun_if_changed(src);
         let exe = out.join(name);

@@ -158,7 +158,7 @@ const CLASSIFY_KEYS: &[&str] = &["simd_count", "gfx_target_version", "domain", "
 /// O_NONBLOCK on the Linux targets where it is 0o4000 (0 elsewhere: the type checks below
 /// are then the only guard). rmcp-core declares no FFI and does not depend on libc; a
 /// test checks the value against libc's.
-#[cfg(all(
+const O_NONBLOCK: i32 = if cfg!(all(
     target_os = "linux",
     any(
         target_arch = "x86_64",
@@ -170,22 +170,11 @@ const CLASSIFY_KEYS: &[&str] = &["simd_count", "gfx_target_version", "domain", "
         target_arch = "s390x",
         target_arch = "loongarch64"
     )
-))]
-const O_NONBLOCK: i32 = 0o4000;
-#[cfg(not(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64",
-        target_arch = "powerpc64",
-        target_arch = "s390x",
-        target_arch = "loongarch64"
-    )
-)))]
-const O_NONBLOCK: i32 = 0;
+)) {
+    0o4000
+} else {
+    0
+};
 
 /// Opens a properties file for reading, only if it is a regular file (what sysfs serves).
 /// Anything else (a FIFO, a device) is refused before it is opened: opening a FIFO for

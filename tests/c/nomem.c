@@ -31,20 +31,9 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef int hipError_t;
-hipError_t hipHostMalloc(void **p, size_t n, unsigned flags);
-hipError_t hipHostAlloc(void **p, size_t n, unsigned flags);
-hipError_t hipExtMallocWithFlags(void **p, size_t n, unsigned flags);
-hipError_t hipMalloc(void **p, size_t n);
-hipError_t hipMallocHost(void **p, size_t n);
-hipError_t hipMemAllocHost(void **p, size_t n);
+#include "hip_alloc.h"
 
 /* ---- failing allocator ---------------------------------------------------- */
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
 
 static atomic_int armed;
 static atomic_long calls, failed, fail_from;
