@@ -40,7 +40,7 @@ fn run(preload: Option<&Path>, record: &Path) -> (Vec<String>, String) {
     let text = std::fs::read_to_string(record).unwrap_or_default();
     let received = text
         .lines()
-        .filter(|l| l.contains("caller=hip_probe6") || l.contains("caller=librmcp_shim.so"))
+        .filter(|l| l.contains("caller=hip_probe6") || l.contains("caller=librmcp_shim_body.so"))
         .filter(|l| {
             !l.starts_with("hipHost")
                 || l.starts_with("hipHostMalloc")

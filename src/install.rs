@@ -35,6 +35,19 @@ pub const SHIM: Wanted = Wanted {
     beside_rmcp: &[("next to rmcp", &[]), ("../lib of rmcp", &["..", "lib"])],
 };
 
+/// The shim's body for the shim at `shim`: the file librmcp_shim.so maps on a process's
+/// first hooked call, beside it with symlinks followed, named as it with `_body` before
+/// `.so` (the rule `body_path` in rmcp-shim/front/front.c follows).
+pub fn shim_body(shim: &Path) -> PathBuf {
+    let real = std::fs::canonicalize(shim).unwrap_or_else(|_| shim.to_path_buf());
+    let name = real
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".so").unwrap_or(&name);
+    real.with_file_name(format!("{stem}_body.so"))
+}
+
 /// Where a file was looked for, in order, and what was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Search {
@@ -111,6 +124,26 @@ impl Wanted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_body_pairs_with_the_shims_real_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("libX.so");
+        std::fs::write(&real, b"").unwrap();
+        let link = dir.path().join("sub");
+        std::fs::create_dir(&link).unwrap();
+        std::os::unix::fs::symlink(&real, link.join("librmcp_shim.so")).unwrap();
+        let canon = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(shim_body(&real), canon.join("libX_body.so"));
+        assert_eq!(
+            shim_body(&link.join("librmcp_shim.so")),
+            canon.join("libX_body.so")
+        );
+        assert_eq!(
+            shim_body(Path::new("/nonexistent/librmcp_shim.so")),
+            Path::new("/nonexistent/librmcp_shim_body.so")
+        );
+    }
 
     #[test]
     fn explicit_shim_is_never_skipped() {

@@ -618,11 +618,27 @@ fn rmcp_settings_and_ld_preload() {
     assert_eq!(one(&j, "ld-preload")["status"], "warn");
     let (_, j) = json(&e, Some(&fixture("rdna1")), &[]);
     assert_eq!(one(&j, "ld-preload")["status"], "info");
-    // Where `rmcp run` would find the shim.
+    // Where `rmcp run` would find the shim; without its body beside it, an error.
+    let (_, j) = json(&e, Some(&fixture("rdna1")), &[("RMCP_SHIM", shim_s)]);
+    let s = one(&j, "shim");
+    assert_eq!(s["status"], "error");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("librmcp_shim_body.so is missing"),
+        "{s}"
+    );
+    let body = dir.path().join("librmcp_shim_body.so");
+    std::fs::write(&body, b"x").unwrap();
     let (_, j) = json(&e, Some(&fixture("rdna1")), &[("RMCP_SHIM", shim_s)]);
     let s = one(&j, "shim");
     assert_eq!(s["status"], "ok");
     assert_eq!(s["path"], shim_s);
+    assert_eq!(
+        s["body"],
+        std::fs::canonicalize(&body).unwrap().to_str().unwrap()
+    );
     let (_, j) = json(
         &e,
         Some(&fixture("rdna1")),

@@ -5,7 +5,7 @@
 //! The calling object is the one holding the hook's return address (`dladdr1`). What it
 //! would have bound to, per name:
 //! 1. the next definition after the shim in the global scope (glibc's `dlsym(RTLD_NEXT)`
-//!    from this library): an interposer preloaded after the shim, or the runtime when it is
+//!    from the preloaded front, `front::next`): an interposer preloaded after the shim, or the runtime when it is
 //!    in the global scope (linked by the program, or dlopened RTLD_GLOBAL);
 //! 2. else the definition in the caller's own dependency tree (`dlsym` on its link map,
 //!    which glibc's handles are): the runtime an RTLD_LOCAL dlopen brought in, which is how
@@ -148,12 +148,10 @@ fn for_new_caller(ret: usize, cfg: &Config) -> Option<&'static Binding> {
 
 /// Resolves every name the shim calls as `object` would bind it.
 fn resolve(object: &LoadedObject, cfg: &Config) -> Binding {
-    let glibc = crate::dlsym::glibc();
     let lookup = |handle: Option<*mut c_void>| {
         HipApi::resolve(|name| {
-            // SAFETY: a lookup of a NUL-terminated name; RTLD_NEXT from this library finds
-            // the next definition after it in the global scope.
-            let global = unsafe { glibc(libc::RTLD_NEXT, name.as_ptr()) };
+            // The next definition after the shim in the global scope.
+            let global = crate::front::next(name.as_ptr());
             match handle {
                 Some(h) if global.is_null() => in_tree(h, name.as_ptr(), own_address_of(name)),
                 _ => global,
@@ -192,7 +190,7 @@ fn exempt(path: &str, patterns: &[String]) -> bool {
 
 /// The shim's own export for a name, so a lookup that finds it can skip it (0: not hooked).
 fn own_address_of(name: &CStr) -> usize {
-    Hook::from_name(name.to_bytes()).map_or(0, crate::exports::own_address)
+    Hook::from_name(name.to_bytes()).map_or(0, crate::front::export)
 }
 
 /// `name` in the dependency tree of the object with this handle; never the shim's own.
@@ -211,10 +209,11 @@ pub(crate) fn in_callers_tree(ret: usize, name: *const c_char, own: usize) -> *m
         .unwrap_or(null_mut())
 }
 
-/// The handle is this library's own (`dlopen("librmcp_shim.so")`): its answer is the shim's.
+/// The handle is the shim's own (`dlopen("librmcp_shim.so")`, the front): its answer is
+/// the shim's.
 pub(crate) fn is_own_handle(handle: *mut c_void) -> bool {
-    locate::loaded_object(is_own_handle as *const () as usize)
-        .is_some_and(|o| o.link_map == handle as usize)
+    let own = crate::front::own_object_address().unwrap_or(is_own_handle as *const () as usize);
+    locate::loaded_object(own).is_some_and(|o| o.link_map == handle as usize)
 }
 
 /// `addr` is a function of a HIP runtime file in the base link-map namespace.

@@ -6,9 +6,10 @@
 //!
 //! The rule: a lookup answers what it answered without the shim, except that a hooked
 //! runtime function comes back as the shim's.
-//! - `RTLD_NEXT` lookups, and lookups of any name that is not hooked, leave the export
-//!   (`exports.rs`) by a jump to the next `dlsym` with the stack untouched, so the next
-//!   wrapper, glibc and audit modules see the original caller.
+//! - `RTLD_NEXT` lookups, and lookups of any name that is not hooked, never reach this
+//!   library: the front's `dlsym` (`front/front.c`) sends them on to the next `dlsym` with
+//!   the stack untouched, so the next wrapper, glibc and audit modules see the original
+//!   caller.
 //! - For a hooked name, [`lookup`] works out the answer without the shim: on a handle, the
 //!   next dlsym's answer, unless that is the shim's own export (the main program's handle
 //!   searches the global scope, where the shim is); for `RTLD_DEFAULT`, the global scope
@@ -18,11 +19,12 @@
 //!   allows it, does the caller get the shim's function instead; the runtime's function is
 //!   recorded as that caller's binding (`binding::record`), so calls through the shim's
 //!   function reach it.
-//! - A lookup never loads, maps or initialises a runtime, and in a process without HIP it
-//!   reads no configuration and prints nothing.
+//! - A lookup never loads, maps or initialises a runtime. In a process without HIP it does
+//!   not even reach this library: the front answers NULL itself when the answer without the
+//!   shim is NULL, and maps this library only when a runtime defines the name.
 //!
 //! The next dlsym is found the way another wrapper would find it: glibc's
-//! `dlsym(RTLD_NEXT, "dlsym")` from this library, so a dlsym wrapper preloaded after the
+//! `dlsym(RTLD_NEXT, "dlsym")` from the front, so a dlsym wrapper preloaded after the
 //! shim sees every lookup. glibc's own dlsym (found by version with `dlvsym`, which the
 //! shim does not export) serves the shim's own lookups. RMCP_HOOK_DLSYM=0 turns the
 //! substitution off; the export stays, and then only forwards. docs/design.md says why this
@@ -30,98 +32,31 @@
 
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp_core::policy;
 use rmcp_core::registry::Hook;
 
+use crate::front::{self, DlsymFn};
 use crate::{binding, state, thread};
 
-pub(crate) type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-
-/// The next dlsym after this library (a wrapper, or glibc's), once found. The export in
-/// `exports.rs` jumps to it.
-pub(crate) static NEXT_DLSYM: AtomicUsize = AtomicUsize::new(0);
-/// glibc's dlsym, once found: the shim's own lookups.
-static GLIBC_DLSYM: AtomicUsize = AtomicUsize::new(0);
-
-/// glibc's dlsym. glibc 2.34 moved it into libc (version GLIBC_2.34); older glibc has it in
-/// libdl at GLIBC_2.2.5.
-fn find_glibc_dlsym() -> usize {
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-        // SAFETY: dlvsym only reads the two NUL-terminated strings; RTLD_NEXT from this
-        // library finds a definition after it, never this library's own export.
-        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-        if !p.is_null() {
-            return p as usize;
-        }
-    }
-    // No glibc dlsym (not a glibc system): answer every lookup with "not found" rather
-    // than jump to nowhere.
-    not_found as *const () as usize
-}
-
-extern "C" fn not_found(_: *mut c_void, _: *const c_char) -> *mut c_void {
-    std::ptr::null_mut()
-}
-
-/// glibc's dlsym, for the shim's own lookups. `RTLD_NEXT` through it means "after this
-/// library": glibc names the caller by the return address, which is in this library.
+/// glibc's dlsym, for the shim's own lookups.
 pub(crate) fn glibc() -> DlsymFn {
-    let mut p = GLIBC_DLSYM.load(Ordering::Acquire);
-    if p == 0 {
-        p = find_glibc_dlsym();
-        GLIBC_DLSYM.store(p, Ordering::Release);
-    }
-    // SAFETY: `p` is glibc's dlsym (or `not_found`), whose C signature is DlsymFn.
-    unsafe { std::mem::transmute::<usize, DlsymFn>(p) }
-}
-
-/// Finds the next dlsym (called by the export on the process's first lookup, with the
-/// caller's arguments saved around it). Returns its address.
-pub(crate) extern "C" fn find_next_dlsym() -> usize {
-    let known = NEXT_DLSYM.load(Ordering::Acquire);
-    if known != 0 {
-        return known;
-    }
-    let glibc = glibc();
-    // SAFETY: RTLD_NEXT lookup of a NUL-terminated name, from this library.
-    let next = unsafe { glibc(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
-    let next = if next == 0 {
-        glibc as *const () as usize
-    } else {
-        next
-    };
-    NEXT_DLSYM.store(next, Ordering::Release);
-    next
+    front::glibc_dlsym()
 }
 
 fn next() -> DlsymFn {
-    let p = find_next_dlsym();
-    // SAFETY: `p` is a dlsym (the next definition, or glibc's), whose C signature is DlsymFn.
-    unsafe { std::mem::transmute::<usize, DlsymFn>(p) }
+    front::next_dlsym()
 }
 
-/// Asked by the export before anything else, with the caller's arguments saved around the
-/// call: is this a lookup the shim must look at (a hooked name, on a handle or
-/// RTLD_DEFAULT)? 0 sends it on to the next dlsym untouched. Cannot panic; allocates nothing.
-pub(crate) extern "C" fn wants(handle: *mut c_void, symbol: *const c_char) -> usize {
-    if symbol.is_null() || handle == libc::RTLD_NEXT {
-        return 0;
-    }
-    // SAFETY: dlsym's contract: a non-null `symbol` is a NUL-terminated string.
-    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    usize::from(name.starts_with(b"hip") && Hook::from_name(name).is_some())
-}
-
-/// The export's body for a hooked name. `ret` is the caller's return address.
+/// The front's `dlsym` goes on here for a hooked name, with the caller's return address
+/// as `ret`.
 pub(crate) extern "C" fn lookup(
     handle: *mut c_void,
     symbol: *const c_char,
     ret: usize,
 ) -> *mut c_void {
-    // `wants` said the name is a hook.
-    // SAFETY: as in `wants`.
+    // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string (the front checked it
+    // is not null and names a hook).
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let Some(hook) = Hook::from_name(name) else {
         // SAFETY: the caller's own arguments, passed on unchanged.
@@ -157,14 +92,13 @@ fn answer(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usize) ->
             return found;
         }
         tracing::debug!("dlsym({}): handing back rmcp's function", hook.name());
-        crate::exports::own_address(hook) as *mut c_void
+        front::export(hook) as *mut c_void
     })
 }
 
 /// The answer the lookup would get if the shim were not loaded.
 fn without_shim(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usize) -> *mut c_void {
-    let own = crate::exports::own_address(hook) as *mut c_void;
-    let glibc = glibc();
+    let own = front::export(hook) as *mut c_void;
     if handle == libc::RTLD_DEFAULT {
         // The first definition in the global scope, as the next dlsym finds it (a wrapper
         // after the shim sees the lookup); if that is the shim's, the next one after it; if
@@ -174,8 +108,7 @@ fn without_shim(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usi
         if first != own {
             return first;
         }
-        // SAFETY: as above; RTLD_NEXT from this library skips it.
-        let after = unsafe { glibc(libc::RTLD_NEXT, symbol) };
+        let after = front::next(symbol);
         if !after.is_null() {
             return after;
         }
@@ -188,8 +121,7 @@ fn without_shim(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usi
     }
     // The handle's search list holds the shim (the main program's does: it is the global
     // scope): what follows the shim there.
-    // SAFETY: as above.
-    unsafe { glibc(libc::RTLD_NEXT, symbol) }
+    front::next(symbol)
 }
 
 #[cfg(test)]
@@ -197,30 +129,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn glibc_dlsym_is_found_and_is_not_this_one() {
+    fn without_a_front_lookups_are_glibcs() {
         let f = glibc();
-        let p = f as *const () as usize;
-        assert_ne!(
-            p, not_found as *const () as usize,
-            "glibc's dlsym not found"
-        );
-        assert_ne!(p, crate::exports::own_dlsym_address());
-        // It works: libc's own strlen through it.
         // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
         let strlen = unsafe { f(libc::RTLD_DEFAULT, c"strlen".as_ptr()) };
         assert_eq!(strlen as usize, libc::strlen as *const () as usize);
-        // In a test executable nothing else wraps dlsym: the next one is glibc's.
-        assert_eq!(find_next_dlsym(), p);
-    }
-
-    #[test]
-    fn only_hooked_names_on_handles_are_looked_at() {
-        let h = 0x1000 as *mut c_void;
-        assert_eq!(wants(h, c"hipMalloc".as_ptr()), 1);
-        assert_eq!(wants(libc::RTLD_DEFAULT, c"hipHostMalloc".as_ptr()), 1);
-        assert_eq!(wants(libc::RTLD_NEXT, c"hipMalloc".as_ptr()), 0);
-        assert_eq!(wants(h, c"hipFree".as_ptr()), 0);
-        assert_eq!(wants(h, c"cos".as_ptr()), 0);
-        assert_eq!(wants(h, std::ptr::null()), 0);
+        assert_eq!(next() as usize, libc::dlsym as *const () as usize);
     }
 }

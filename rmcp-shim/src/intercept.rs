@@ -92,9 +92,7 @@ fn forward_bare(ret: usize, asked: &impl Fn(&HipApi) -> Option<HipError>) -> Hip
 
 /// The next definitions after the shim in the global scope, looked up now (nothing kept).
 fn next_in_global() -> HipApi {
-    let glibc = crate::dlsym::glibc();
-    // SAFETY: RTLD_NEXT lookups of NUL-terminated names, from this library.
-    HipApi::resolve(|name| unsafe { glibc(libc::RTLD_NEXT, name.as_ptr()) })
+    HipApi::resolve(|name| crate::front::next(name.as_ptr()))
 }
 
 /// A hooked call as the caller made it.
@@ -373,7 +371,7 @@ pub(crate) unsafe fn substitute_proc_address(
         return;
     }
     // SAFETY: per this function's contract; the runtime succeeded and wrote `*pfn`.
-    unsafe { *pfn = crate::exports::own_address(hook) as *mut c_void };
+    unsafe { *pfn = crate::front::export(hook) as *mut c_void };
     tracing::debug!(
         "{}({}): handing back rmcp's function",
         resolver.name(),

@@ -1,17 +1,22 @@
-//! librmcp_shim.so: makes coherent (fine-grained) HIP allocations non-coherent on the GPUs
-//! where that memory is served badly (RDNA1/RDNA2 by default), transparently, for any
-//! program that loads the HIP runtime, through LD_PRELOAD.
+//! librmcp_shim_body.so: the shim. Makes coherent (fine-grained) HIP allocations
+//! non-coherent on the GPUs where that memory is served badly (RDNA1/RDNA2 by default),
+//! transparently, for any program that loads the HIP runtime.
 //!
-//! This crate is the library and nothing else: every module is private, and the only
-//! symbols it exports are the trampolines in `exports` (build.rs has the linker define
-//! them, from the same table). What it decides comes from `rmcp-core`
+//! Two objects (docs/design.md): a process preloads librmcp_shim.so, the small C object
+//! in `front/` (built by build.rs), which exports the hooked names and `dlsym` and maps
+//! this library, from its own directory, on the process's first hooked call. A process
+//! that never calls HIP pays for the front alone. This library exports one function,
+//! `rmcp_shim_attach`, through which the front hands over what belongs to the preloaded
+//! object and takes this library's entry points. What it decides comes from `rmcp-core`
 //! (pure: configuration, classification, policy, the hook registry); what it is is here:
-//! - `exports`: the exported trampolines, one per hooked function, and `dlsym`;
+//! - `front`: the attach, and what the front provides (its exports, RTLD_NEXT from its
+//!   place, the per-thread block, descriptor 2 at start);
+//! - `exports`: the entry trampolines, one per hooked function;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
 //! - `binding`: where each caller's calls go (the function it would have reached without
 //!   the shim), and whether it is exempt (RMCP_EXEMPT);
 //! - `copies`: the runtime copies calls reach, with each one's version and devices;
-//! - `dlsym`: the interposed lookup, for callers that look HIP up on a handle;
+//! - `dlsym`: the lookup of hooked names, for callers that look HIP up on a handle;
 //! - `state`: the shared lazy stages (configuration, device picture);
 //! - `devices`: a runtime's answers about its devices, over FFI;
 //! - `stats`: the per-hook counters; `report`: the banner and the exit report;
@@ -19,9 +24,8 @@
 //! - `log`: the shim's own log writer; `thread`: per-thread state; `once`: a fork-safe
 //!   once-cell.
 //!
-//! The library's constructor does one thing: an fstat(2) of descriptor 2, so that the log
-//! later writes to stderr only while it is still the process's stderr (`log`). No file is
-//! opened, no dlopen, no HIP call. All other work happens on the first hooked call.
+//! Nothing here runs at load: no constructor, no file opened, no HIP call. All work
+//! happens on the first hooked call, which is also when the front maps this library.
 //!
 //! The crate is also built as an rlib, only because cargo builds a library's cdylib for
 //! integration tests and dependents when it has an rlib as well; the rlib exposes nothing.
@@ -32,6 +36,7 @@ mod copies;
 mod devices;
 mod dlsym;
 mod exports;
+mod front;
 mod intercept;
 mod log;
 mod once;

@@ -12,8 +12,8 @@
 //!   the log file on the descriptor it opens next. A line whose write would block (a FIFO
 //!   whose reader is slow) is dropped, never waited for. If it cannot be opened (a FIFO
 //!   with no reader, a directory), one warning says so on stderr and the log goes there;
-//! - stderr is written only while descriptor 2 is the file it was when the library was
-//!   loaded (same device and inode): a program that closed stderr, or put a data file of
+//! - stderr is written only while descriptor 2 is the file it was when the process
+//!   started (the front's record at load) (same device and inode): a program that closed stderr, or put a data file of
 //!   its own on descriptor 2, never gets the shim's lines in it;
 //! - a line that is not written (would block, descriptor 2 replaced, write error) is
 //!   dropped and counted ([`dropped_lines`]).
@@ -42,13 +42,14 @@ pub(crate) const LINE_MAX: usize = 4096;
 
 // ---- stderr as the process had it ------------------------------------------------------
 
-/// What descriptor 2 was when the library was loaded.
-const STDERR_UNKNOWN: u8 = 0;
-const STDERR_OPEN: u8 = 1;
-const STDERR_CLOSED: u8 = 2;
-static STDERR_STATE: AtomicU8 = AtomicU8::new(STDERR_UNKNOWN);
-static STDERR_DEV: AtomicU64 = AtomicU64::new(0);
-static STDERR_INO: AtomicU64 = AtomicU64::new(0);
+/// What descriptor 2 was when the process started: the front records it at load (one
+/// fstat(2), its only work at load), and hands it over at attach (`front`).
+fn stderr_at_start() -> Option<(u64, u64)> {
+    crate::front::stderr_at_load().unwrap_or_else(|| {
+        // No front (unit tests): what it is now.
+        identity(libc::STDERR_FILENO)
+    })
+}
 
 /// (st_dev, st_ino) of an open descriptor; None if it is not open.
 fn identity(fd: RawFd) -> Option<(u64, u64)> {
@@ -63,39 +64,12 @@ fn identity(fd: RawFd) -> Option<(u64, u64)> {
     Some((st.st_dev, st.st_ino))
 }
 
-/// Records what descriptor 2 is, once per process image.
-fn record_stderr() {
-    if STDERR_STATE.load(Ordering::Acquire) != STDERR_UNKNOWN {
-        return;
-    }
-    match identity(libc::STDERR_FILENO) {
-        Some((dev, ino)) => {
-            STDERR_DEV.store(dev, Ordering::Relaxed);
-            STDERR_INO.store(ino, Ordering::Relaxed);
-            STDERR_STATE.store(STDERR_OPEN, Ordering::Release);
-        }
-        None => STDERR_STATE.store(STDERR_CLOSED, Ordering::Release),
-    }
-}
-
-extern "C" fn record_stderr_at_load() {
-    record_stderr();
-}
-
-/// The library's one piece of work at load: one fstat(2) of descriptor 2, so that later
-/// writes can tell whether it is still the process's stderr. No file is opened.
-#[used]
-#[unsafe(link_section = ".init_array")]
-static RECORD_STDERR_AT_LOAD: extern "C" fn() = record_stderr_at_load;
-
-/// Is descriptor 2 still the file it was at load?
+/// Is descriptor 2 still the file it was when the process started?
 fn stderr_is_the_processs() -> bool {
-    STDERR_STATE.load(Ordering::Acquire) == STDERR_OPEN
-        && identity(libc::STDERR_FILENO)
-            == Some((
-                STDERR_DEV.load(Ordering::Relaxed),
-                STDERR_INO.load(Ordering::Relaxed),
-            ))
+    match stderr_at_start() {
+        Some(id) => identity(libc::STDERR_FILENO) == Some(id),
+        None => false,
+    }
 }
 
 // ---- writing -----------------------------------------------------------------------------
@@ -428,7 +402,6 @@ impl Subscriber for Logger {
 /// if that fails, that line says so (on stderr). Returns None: nothing is left for the
 /// caller to log (the return is kept for the caller's shape).
 pub(crate) fn init(cfg: &Config) -> Option<String> {
-    record_stderr();
     MAX_LEVEL.store(level_number(cfg.log), Ordering::Relaxed);
     if let Some(p) = &cfg.log_file {
         if let Ok(c) = c_path(p) {

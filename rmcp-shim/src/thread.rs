@@ -6,28 +6,42 @@
 //!   not to the application: it is forwarded unchanged and not counted;
 //! - the thread's stats slot (see `stats`).
 //!
-//! Const-initialised and without a destructor, so access never allocates and stays valid
-//! while the thread's other thread-locals are being destroyed.
+//! The block lives in the front's initial-exec TLS (`front::thread_block`): every thread
+//! gets it zeroed at creation, so access never allocates and stays valid while the
+//! thread's other thread-locals are being destroyed. This library's own thread-locals
+//! would be allocated by glibc on each thread's first use, since it is mapped by dlopen,
+//! and glibc aborts when that allocation fails. Without a front (unit tests), a
+//! const-initialised thread-local without a destructor stands in. All-zero bytes are the
+//! initial state.
 
 use std::cell::Cell;
 
+#[repr(C)]
 pub(crate) struct ThreadState {
     inside: Cell<bool>,
+    /// The stats slot + 1; 0 = none claimed yet.
     slot: Cell<u32>,
 }
 
-const NO_SLOT: u32 = u32::MAX;
+// The front's block is 16 bytes, 8-aligned.
+const _: () = assert!(size_of::<ThreadState>() <= 16 && align_of::<ThreadState>() <= 8);
 
 thread_local! {
     static STATE: ThreadState = const {
-        ThreadState { inside: Cell::new(false), slot: Cell::new(NO_SLOT) }
+        ThreadState { inside: Cell::new(false), slot: Cell::new(0) }
     };
 }
 
 /// Runs `f` with this thread's state.
 #[inline(always)]
 pub(crate) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
-    STATE.with(f)
+    match crate::front::thread_block() {
+        // SAFETY: the front's block is this thread's own, 16 zero-initialised bytes,
+        // 8-aligned, that nothing else touches; all-zero is a valid ThreadState, and the
+        // reference does not leave this thread.
+        Some(p) => f(unsafe { &*p.cast::<ThreadState>() }),
+        None => STATE.with(f),
+    }
 }
 
 /// Marks the thread as inside a hook until dropped.
@@ -55,22 +69,22 @@ impl ThreadState {
     #[inline(always)]
     pub(crate) fn slot(&self) -> usize {
         match self.slot.get() {
-            NO_SLOT => {
+            0 => {
                 let s = crate::stats::claim_slot();
-                self.slot.set(s as u32);
+                self.slot.set(s as u32 + 1);
                 s
             }
-            s => s as usize,
+            s => s as usize - 1,
         }
     }
 
     pub(crate) fn set_slot(&self, slot: usize) {
-        self.slot.set(slot as u32);
+        self.slot.set(slot as u32 + 1);
     }
 
     /// The slot, if one was claimed.
     pub(crate) fn claimed_slot(&self) -> Option<usize> {
-        (self.slot.get() != NO_SLOT).then(|| self.slot.get() as usize)
+        (self.slot.get() != 0).then(|| self.slot.get() as usize - 1)
     }
 }
 

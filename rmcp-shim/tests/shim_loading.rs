@@ -18,7 +18,7 @@ fn directly_linked_app() {
                 .find(|r| r.func == "hipHostMalloc")
                 .unwrap()
                 .caller,
-            "librmcp_shim.so"
+            "librmcp_shim_body.so"
         );
         assert_eq!(out.maps().len(), 1, "one runtime copy: {}", out.stdout);
     }

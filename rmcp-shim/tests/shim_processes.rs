@@ -132,9 +132,13 @@ fn secure_execution_ignores_path_variables() {
     // there under a unique name. The program is the probe linked to .so.5, which then
     // loads Debian's real runtime.
     let libdir = std::path::Path::new("/usr/lib/x86_64-linux-gnu");
-    let name = format!("librmcp_shim_setuid_test_{}.so", std::process::id());
+    let stem = format!("librmcp_shim_setuid_test_{}", std::process::id());
+    let name = format!("{stem}.so");
     let lib = Installed(libdir.join(&name));
     std::fs::copy(shim(), &lib.0).unwrap();
+    // The body the front maps, beside it under the paired name.
+    let body = Installed(libdir.join(format!("{stem}_body.so")));
+    std::fs::copy(shim().with_file_name("librmcp_shim_body.so"), &body.0).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let prog = dir.path().join("hip_probe5");
     // Copied by a child process: an executable this process had open for writing can be

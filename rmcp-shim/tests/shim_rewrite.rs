@@ -307,7 +307,7 @@ fn runtime_5x_host_alloc_is_left_alone_and_re_entry_is_forwarded() {
         .find(|r| r.func == "hipHostMalloc")
         .unwrap();
     assert_eq!(
-        inner.caller, "librmcp_shim.so",
+        inner.caller, "librmcp_shim_body.so",
         "the inner call passed through the shim"
     );
     assert_eq!(out.stat("hipMemAllocHost", "calls"), 1);

@@ -330,9 +330,10 @@ fn log_lines_carry_the_pid_and_go_to_the_log_file() {
 
 #[test]
 fn a_process_that_never_calls_hip_pays_nothing() {
-    // Under LD_PRELOAD, a program that never calls HIP: the shim's state is never built
-    // (the log file it would open on the first hooked call never appears), no runtime is
-    // mapped and, where strace exists, no topology file or runtime is even looked at.
+    // Under LD_PRELOAD, a program that never calls HIP: the shim's body is never mapped,
+    // its state never built (the log file it would open on the first hooked call never
+    // appears), no runtime is mapped and, where strace exists, no topology file, runtime
+    // or body is even looked at.
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("never.log");
     let run = |program: &str, args: &[&str]| {
@@ -353,6 +354,7 @@ fn a_process_that_never_calls_hip_pays_nothing() {
         "the shim is loaded: {maps}"
     );
     assert!(!maps.contains("libamdhip64"), "{maps}");
+    assert!(!maps.contains("librmcp_shim_body"), "{maps}");
     assert!(
         !log.exists(),
         "the shim initialised in a process that never called HIP"
@@ -385,7 +387,13 @@ fn a_process_that_never_calls_hip_pays_nothing() {
     );
     let t = std::fs::read_to_string(&trace).unwrap();
     assert!(t.contains("librmcp_shim.so"), "strace saw the preload: {t}");
-    for needle in ["fixtures/rdna1", "kfd", "libamdhip64", "never.log"] {
+    for needle in [
+        "fixtures/rdna1",
+        "kfd",
+        "libamdhip64",
+        "never.log",
+        "librmcp_shim_body",
+    ] {
         assert!(!t.contains(needle), "{needle} touched:\n{t}");
     }
 }
@@ -459,7 +467,7 @@ fn the_applications_first_call_reaches_the_runtime_before_any_shim_query() {
     let funcs = |out: &Out| -> Vec<String> {
         out.record
             .iter()
-            .filter(|r| r.caller == "librmcp_shim.so")
+            .filter(|r| r.caller == "librmcp_shim_body.so")
             .map(|r| r.func.clone())
             .collect()
     };

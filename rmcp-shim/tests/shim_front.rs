@@ -1,0 +1,169 @@
+//! The two objects (issue 17): the preloaded librmcp_shim.so (front/front.c) finds its body
+//! beside itself and maps it on the first hooked call; without it, every call still goes
+//! where it would have gone without the shim. The zero-cost side (no body mapped in a
+//! process that never calls HIP) is in shim_safety.rs and shim_transparency.rs.
+
+use std::path::{Path, PathBuf};
+
+use rmcp_testkit::*;
+
+const NC: u32 = 0x8000_0000;
+
+/// The front and the body as cargo built them.
+fn front_and_body() -> (PathBuf, PathBuf) {
+    let front = shim();
+    let body = front.with_file_name("librmcp_shim_body.so");
+    assert!(body.is_file(), "{} missing", body.display());
+    (front, body)
+}
+
+/// A directory holding a copy of the front (under `name`), and of the body if `body`.
+fn install(name: &str, body: Option<&str>) -> tempfile::TempDir {
+    let (f, b) = front_and_body();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&f, dir.path().join(name)).unwrap();
+    if let Some(body_name) = body {
+        std::fs::copy(&b, dir.path().join(body_name)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_body_is_found_beside_the_front_under_the_paired_name() {
+    // A copy renamed libX.so pairs with libX_body.so, through a symlink too.
+    let dir = install("libX.so", Some("libX_body.so"));
+    let link_dir = tempfile::tempdir().unwrap();
+    let link = link_dir.path().join("librmcp_shim.so");
+    std::os::unix::fs::symlink(dir.path().join("libX.so"), &link).unwrap();
+    for preload in [dir.path().join("libX.so"), link] {
+        let out = Run::probe(6)
+            .mode("force")
+            .env("LD_PRELOAD", &preload)
+            .args(["hipHostMalloc:4096:0"])
+            .run();
+        out.assert_success();
+        assert_eq!(
+            out.allocs(),
+            [("hipHostMalloc".into(), NC)],
+            "{}",
+            preload.display()
+        );
+        assert_eq!(out.record[0].caller, "libX_body.so");
+    }
+}
+
+/// Forwarded unchanged, from where the caller would have reached without the shim, with one
+/// line on stderr unless RMCP_LOG=off.
+fn assert_forwarded_without_body(run: impl Fn() -> Run, caller: &str) {
+    let dir = install("librmcp_shim.so", None);
+    let front = dir.path().join("librmcp_shim.so");
+    let out = run()
+        .mode("force")
+        .env("LD_PRELOAD", &front)
+        .args(["hipHostMalloc:4096:0", "hipExtMallocWithFlags:64:1"])
+        .run();
+    out.assert_success();
+    assert_eq!(
+        out.allocs(),
+        [
+            ("hipHostMalloc".into(), 0),
+            ("hipExtMallocWithFlags".into(), 1)
+        ],
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.record.iter().all(|r| r.caller == caller),
+        "{:?}",
+        out.record
+    );
+    let missing = dir.path().join("librmcp_shim_body.so");
+    assert_eq!(
+        out.stderr_lines("rmcp: cannot load the body").len(),
+        1,
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&missing.display().to_string()),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stats.is_none(), "no body, no report");
+
+    let out = run()
+        .mode("force")
+        .env("LD_PRELOAD", &front)
+        .env("RMCP_LOG", "off")
+        .args(["hipHostMalloc:4096:0"])
+        .run();
+    out.assert_success();
+    assert_eq!(out.allocs(), [("hipHostMalloc".into(), 0)]);
+    assert_eq!(out.stderr, "");
+}
+
+#[test]
+fn without_its_body_the_front_forwards_every_call_unchanged() {
+    // Linked directly: the next definition after the front.
+    assert_forwarded_without_body(|| Run::probe(6), "hip_probe6");
+    // Loaded RTLD_LOCAL by dlopen (the Python-extension shape): RTLD_NEXT finds nothing,
+    // the caller's own dependency tree does.
+    assert_forwarded_without_body(|| Run::framework(6), "libframework6.so");
+}
+
+#[test]
+fn a_relative_preload_path_still_finds_the_body_after_a_chdir() {
+    let Some(python) = python3() else { return };
+    let dir = install("librmcp_shim.so", Some("librmcp_shim_body.so"));
+    // The process starts in the shim's directory with LD_PRELOAD=./librmcp_shim.so, moves
+    // to / and only then makes its first hooked call.
+    let script = r#"
+import ctypes, os, sys
+os.chdir("/")
+lib = ctypes.CDLL(sys.argv[1])
+args = [sys.argv[1].encode(), b"hipHostMalloc:4096:0"]
+sys.exit(lib.probe_main(len(args), (ctypes.c_char_p * len(args))(*args)))
+"#;
+    let mut run = Run::new(5, &python)
+        .mode("force")
+        .env("LD_PRELOAD", "./librmcp_shim.so");
+    run.cmd.current_dir(dir.path());
+    run.cmd.args(["-c", script]).arg(framework(5));
+    let out = run.run();
+    out.assert_success();
+    assert_eq!(
+        out.allocs(),
+        [("hipHostMalloc".into(), NC)],
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn the_body_exports_only_the_attach() {
+    let (front, body) = front_and_body();
+    let got = exported_functions(&body);
+    assert_eq!(
+        got.into_iter().collect::<Vec<_>>(),
+        ["rmcp_shim_attach"],
+        "{}",
+        body.display()
+    );
+    // And the front links nothing but libc: no libgcc_s, no libdl, no Rust runtime.
+    let needed = needed(&front);
+    assert_eq!(needed, ["libc.so.6"], "{}", front.display());
+}
+
+/// DT_NEEDED entries of a library, from readelf.
+fn needed(so: &Path) -> Vec<String> {
+    let out = std::process::Command::new("readelf")
+        .args(["-d"])
+        .arg(so)
+        .output()
+        .expect("readelf (binutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| l.split('[').nth(1)?.split(']').next().map(str::to_string))
+        .collect()
+}
