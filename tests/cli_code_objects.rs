@@ -232,6 +232,31 @@ fn hipcc_library_with_the_cards_code() {
     // With the override the runtime takes the gfx1030 code even though gfx1010 is there.
     let (_, j) = json("rdna1", &[&lib], &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
     assert_eq!(verdict(&j, &lib), pair("override", "error"));
+    // The messages say the gfx1010 code is there, unused, not that it is missing.
+    let m = message_for(&j, "override");
+    assert!(
+        m.contains("gfx1010 code too, which the override leaves unused")
+            && m.ends_with("Unset the override.")
+            && !m.contains("no gfx1010"),
+        "{m}"
+    );
+    let text = String::from_utf8(
+        doctor(
+            "rdna1",
+            &[&lib],
+            &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
+            false,
+        )
+        .stdout,
+    )
+    .unwrap();
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(
+            "gfx1010 code present, but the override makes the runtime load its gfx1030 code"
+        ),
+        "{text}"
+    );
     // Both libraries in one scan of the directory: the summary counts them.
     let (_, j) = json("rdna1", &[dir], &[]);
     let summary = code_findings(&j)[0]["message"]

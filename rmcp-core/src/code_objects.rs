@@ -720,7 +720,8 @@ impl Inflaters {
         let frame = self
             .zstd
             .get_or_insert_with(ruzstd::decoding::FrameDecoder::new);
-        let mut src: &[u8] = input;
+        let input = small_zstd_window(input);
+        let mut src: &[u8] = &input;
         let mut dec = match ruzstd::decoding::StreamingDecoder::new_with_decoder(&mut src, frame) {
             Ok(d) => d,
             Err(e) => {
@@ -753,6 +754,61 @@ impl Inflaters {
         }
         Ok(Inflated::Bytes(out))
     }
+}
+
+/// The window a zstd frame header is given for inflating the start of the stream.
+const ZSTD_PREFIX_WINDOW: u64 = 128 << 10;
+
+/// `input` (the start of a zstd frame) with its header declaring a window of
+/// [`ZSTD_PREFIX_WINDOW`] when it declares a larger one.
+///
+/// ruzstd hands out decoded bytes only once more than a window's worth follows them (or the
+/// frame ends), so with the window a frame declares, inflating an entry table would inflate
+/// the whole bundle when the frame is one segment (the window is then the content size), or
+/// 128 MiB with clang's long-distance matching (`zstd::compress(..., EnableLdm)`); and
+/// ruzstd refuses windows over 100 MiB outright, which ROCm 7.2's rocBLAS bundles have. The
+/// window only bounds how far back a match may reach, and this reads the prefix in one go,
+/// before any decoded byte leaves ruzstd's buffer, so every match still finds its bytes:
+/// the prefix decodes to the same bytes. A single-segment header (window = content size)
+/// becomes a multi-segment one with a window descriptor, keeping the content size field.
+/// Anything that is not a zstd frame header is returned as it is (and fails as it did).
+fn small_zstd_window(input: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    use std::borrow::Cow;
+    const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    if input.len() < 6 || input[..4] != MAGIC {
+        return Cow::Borrowed(input);
+    }
+    let fhd = input[4];
+    let single_segment = fhd & 0x20 != 0;
+    let window = if single_segment {
+        // Dictionary ID (0, 1, 2 or 4 bytes), then the content size (1, 2, 4 or 8 bytes).
+        let at = 5 + [0usize, 1, 2, 4][usize::from(fhd & 3)];
+        let len = [1usize, 2, 4, 8][usize::from(fhd >> 6)];
+        let Some(field) = input.get(at..at + len) else {
+            return Cow::Borrowed(input);
+        };
+        let v = field
+            .iter()
+            .rev()
+            .fold(0u64, |v, b| (v << 8) | u64::from(*b));
+        if len == 2 { v + 256 } else { v }
+    } else {
+        let wd = input[5];
+        let base = 1u64 << (10 + u32::from(wd >> 3));
+        base + (base / 8) * u64::from(wd & 7)
+    };
+    // A one-byte content size (flag 0) is under 256 bytes: never rewritten, so a rewritten
+    // single-segment header always keeps a content size field of the same length.
+    if window <= ZSTD_PREFIX_WINDOW {
+        return Cow::Borrowed(input);
+    }
+    let descriptor = ((ZSTD_PREFIX_WINDOW.trailing_zeros() - 10) << 3) as u8;
+    let mut out = Vec::with_capacity(input.len() + 1);
+    out.extend_from_slice(&input[..4]);
+    out.push(fhd & !0x20);
+    out.push(descriptor);
+    out.extend_from_slice(&input[if single_segment { 5 } else { 6 }..]);
+    Cow::Owned(out)
 }
 
 /// How a bundle is stored.
@@ -1444,6 +1500,100 @@ mod tests {
             let scan = scan_fatbin(c.as_slice(), 0, c.len() as u64);
             assert_eq!(targets(&scan), vec![vec!["gfx1031"]], "{method:?}");
         }
+    }
+
+    /// Incompressible bytes (a linear congruential generator's high bytes).
+    fn noise(n: usize) -> Vec<u8> {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                (x >> 56) as u8
+            })
+            .collect()
+    }
+
+    /// The zstd frame `c` with its header rewritten to declare `window` bytes, in the
+    /// multi-segment form (a window descriptor, no content size), as zstd writes a frame
+    /// compressed with long-distance matching and a window smaller than its content.
+    fn with_window(c: &[u8], window_log: u8) -> Vec<u8> {
+        let mut out = c[..4].to_vec();
+        out.push(c[4] & 0x04); // the checksum flag; no content size, multi-segment
+        out.push((window_log - 10) << 3);
+        out.extend_from_slice(&c[frame_body(c)..]);
+        out
+    }
+
+    /// The same as one segment of `content` bytes (an 8-byte content size, which is then
+    /// the window), as zstd writes a frame whose content fits its window.
+    fn single_segment(c: &[u8], content: u64) -> Vec<u8> {
+        let mut out = c[..4].to_vec();
+        out.push(0xe0 | (c[4] & 0x04));
+        out.extend_from_slice(&content.to_le_bytes());
+        out.extend_from_slice(&c[frame_body(c)..]);
+        out
+    }
+
+    /// Where a zstd frame's first block starts.
+    fn frame_body(c: &[u8]) -> usize {
+        let fhd = c[4];
+        let single = fhd & 0x20 != 0;
+        assert_eq!(fhd & 3, 0, "no dictionary ID");
+        let fcs_len = if single {
+            [1, 2, 4, 8][usize::from(fhd >> 6)]
+        } else {
+            [0, 2, 4, 8][usize::from(fhd >> 6)]
+        };
+        if single { 5 + fcs_len } else { 6 + fcs_len }
+    }
+
+    /// Whether inflating gave exactly `want`'s bytes (a short answer, not the bytes, on
+    /// failure).
+    fn gave(out: &Inflated, want: &[u8]) -> Result<(), String> {
+        match out {
+            Inflated::Bytes(b) if b[..] == want[..] => Ok(()),
+            Inflated::Bytes(b) => Err(format!("{} other bytes", b.len())),
+            Inflated::NeedInput => Err("NeedInput".to_string()),
+        }
+    }
+
+    #[test]
+    fn zstd_prefix_does_not_need_the_whole_window() {
+        // 4 MiB of noise behind a bundle magic, in one zstd frame.
+        let mut plain = b"__CLANG_OFFLOAD_BUNDLE__".to_vec();
+        plain.extend(noise(4 << 20));
+        let c = write::compressed(3, Method::Zstd, &plain);
+        let h = match parse_compressed_header(&c).unwrap() {
+            Partial::Complete(h) => h,
+            Partial::NeedBytes(_) => panic!(),
+        };
+        let stream = &c[h.header_len..];
+        assert!(stream.len() > 4 << 20, "noise does not compress");
+        let head = &plain[..4096];
+        // The first 512 KiB of the stream hold the first 4 KiB and much more: enough.
+        let out = decompress_prefix(Method::Zstd, &stream[..512 << 10], 4096).unwrap();
+        assert_eq!(gave(&out, head), Ok(()));
+        // Declared windows of 128 MiB (clang's long-distance matching on a big bundle; over
+        // ruzstd's 100 MiB limit), 1 GiB and a 120 MiB single segment decode the same, from the same prefix; and so
+        // does a second frame through one decoder (its reset path checks the window).
+        for (what, big) in [
+            ("window 2^27", with_window(stream, 27)),
+            ("window 2^30", with_window(stream, 30)),
+            ("one 120 MiB segment", single_segment(stream, 120 << 20)),
+        ] {
+            let out = decompress_prefix(Method::Zstd, &big[..512 << 10], 4096).unwrap();
+            assert_eq!(gave(&out, head), Ok(()), "{what}");
+            let mut inflaters = Inflaters::default();
+            for _ in 0..2 {
+                let out = inflaters
+                    .prefix(Method::Zstd, &big[..512 << 10], 4096)
+                    .unwrap();
+                assert_eq!(gave(&out, head), Ok(()), "{what}, reused decoder");
+            }
+        }
+        // Too little of the stream: more input, not an error.
+        let out = decompress_prefix(Method::Zstd, &stream[..2 << 10], 4096).unwrap();
+        assert_eq!(out, Inflated::NeedInput);
     }
 
     #[test]

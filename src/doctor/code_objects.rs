@@ -725,6 +725,9 @@ fn short(v: Verdict, lib: &Library, gpu: &Gpu) -> String {
         (CodeFormat::Kdb, Verdict::Present) => format!("{rt} database present"),
         (CodeFormat::Kdb, _) => format!("no {rt} database"),
         (_, Verdict::Present) => format!("{real} present"),
+        (_, Verdict::Override) if native(lib, gpu) => {
+            format!("{real} code present, but the override makes the runtime load its {rt} code")
+        }
         (_, Verdict::Override) => format!("no {real} code; {rt} code, loaded through the override"),
         (_, Verdict::OverrideMisses) => {
             format!("{real} code present, but the override asks for {rt}, which is missing")
@@ -1000,34 +1003,43 @@ fn gpu_findings(
     if let Some((o, text)) = &gpu.override_gfx {
         let through = of(&|l, v, _| l.format != CodeFormat::Kdb && v == Verdict::Override);
         let status = override_status(real, *o);
+        // Libraries that carry the real ISA's code too: the override leaves it unused.
+        let own: Vec<&Library> = through.iter().copied().filter(|l| native(l, gpu)).collect();
+        let unused = match own.len() {
+            0 => String::new(),
+            n if n == through.len() => format!(
+                " ({} {real} code too, which the override leaves unused)",
+                if n == 1 { "it has" } else { "they have" }
+            ),
+            _ => format!(
+                " ({} {} {real} code too, which the override leaves unused)",
+                names(&own),
+                if own.len() == 1 { "has" } else { "have" }
+            ),
+        };
+        let lead = format!(
+            "{who}: HSA_OVERRIDE_GFX_VERSION={text} makes the runtime load the {o} code of {} \
+             instead of {real} code{unused}",
+            names(&through)
+        );
         let (msg, src) = match status {
             Status::Error => (
                 format!(
-                    "{who}: {} {} no {real} code; HSA_OVERRIDE_GFX_VERSION={text} makes the runtime \
-                     load their {o} code instead: RDNA2 code on RDNA1 silicon, a known cause of GPU \
-                     memory faults and hangs. Use builds that include {real} (or gfx10-1-generic) \
-                     and unset the override.",
-                    names(&through),
-                    if through.len() == 1 { "has" } else { "have" }
+                    "{lead}: RDNA2 code on RDNA1 silicon, a known cause of GPU memory faults and \
+                     hangs. {}",
+                    if own.len() == through.len() {
+                        "Unset the override.".to_string()
+                    } else {
+                        format!(
+                            "Use builds that include {real} (or gfx10-1-generic) and unset the override."
+                        )
+                    }
                 ),
                 SRC_OVERRIDE_RX5700,
             ),
-            Status::Ok => (
-                format!(
-                    "{who}: {} {} no {real} code; HSA_OVERRIDE_GFX_VERSION={text} makes the runtime \
-                     load their {o} code, of the same ISA family.",
-                    names(&through),
-                    if through.len() == 1 { "has" } else { "have" }
-                ),
-                SRC_NO_BINARY,
-            ),
+            Status::Ok => (format!("{lead}, of the same ISA family."), SRC_NO_BINARY),
             _ => (
-                format!(
-                    "{who}: {} {} no {real} code; HSA_OVERRIDE_GFX_VERSION={text} makes the runtime \
-                     load their {o} code, of another ISA family: kernels may fault or hang.",
-                    names(&through),
-                    if through.len() == 1 { "has" } else { "have" }
-                ),
+                format!("{lead}, of another ISA family: kernels may fault or hang."),
                 SRC_OVERRIDE_RX5700,
             ),
         };
