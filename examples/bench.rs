@@ -360,18 +360,25 @@ fn loadable_bytes(elf: &[u8]) -> Option<(u64, u64)> {
 
 fn size(table: &mut Table, shim: &Path) {
     table.note("4. size and resident memory");
-    let bytes = std::fs::read(shim).expect("read the shim");
     let kib = |b: u64| b as f64 / 1024.0;
-    let (file, mem) = loadable_bytes(&bytes).unwrap_or((0, 0));
-    table.rows.push(format!(
-        "| `librmcp_shim.so` file (release, with debug line info), KiB | | {:.0} | | |",
-        kib(bytes.len() as u64)
-    ));
-    table.rows.push(format!(
-        "| `librmcp_shim.so` loadable segments (PT_LOAD file / memory), KiB | | {:.0} / {:.0} | | |",
-        kib(file),
-        kib(mem)
-    ));
+    // The front every process maps, and the body mapped at the first hooked call.
+    let body = shim.with_file_name("librmcp_shim_body.so");
+    for (name, path, when) in [
+        ("librmcp_shim.so", shim, "every process"),
+        ("librmcp_shim_body.so", body.as_path(), "from the first hooked call"),
+    ] {
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let (file, mem) = loadable_bytes(&bytes).unwrap_or((0, 0));
+        table.rows.push(format!(
+            "| `{name}` file (release, with debug line info), KiB | | {:.0} | | |",
+            kib(bytes.len() as u64)
+        ));
+        table.rows.push(format!(
+            "| `{name}` loadable segments (PT_LOAD file / memory; mapped in {when}), KiB | | {:.0} / {:.0} | | |",
+            kib(file),
+            kib(mem)
+        ));
+    }
     let sc = Scenario::new("rdna1", "0000:03:00.0");
     for (what, arg) in [
         ("no hooked call", "none"),
