@@ -20,8 +20,8 @@
 //! is changed; every other command gets what Rust's start-up would have done
 //! ([`start_as_rust_does`]).
 //!
-//! The GPU facts come from the shim's own code (`rmcp_shim::topology`,
-//! `rmcp_shim::config`) through its rlib, so the CLI and the shim cannot disagree.
+//! The GPU facts come from the code the shim uses too (`rmcp_core::topology`,
+//! `rmcp_core::classify`, `rmcp_core::config`), so the CLI and the shim cannot disagree.
 
 // The test harness brings its own main.
 #![cfg_attr(not(test), no_main)]
