@@ -339,14 +339,19 @@ static int attach(void) {
         say("cannot tell where librmcp_shim.so was loaded from, to load its body", "", "");
         return 0;
     }
-    front.next = next_after_front;
-    front.next_dlsym = (dlsym_fn)rmcp_front_find_next_dlsym();
-    front.glibc_dlsym = glibc_dlsym();
-    front.dlsym_export = rmcp_front_own_dlsym;
+    /* Threads attaching at once all store the same values: atomically, so that no store
+     * races another. The body reads them after the attach, which orders them. */
+    __atomic_store_n(&front.next, next_after_front, __ATOMIC_RELAXED);
+    __atomic_store_n(&front.next_dlsym, (dlsym_fn)rmcp_front_find_next_dlsym(), __ATOMIC_RELAXED);
+    (void)glibc_dlsym();
+    __atomic_store_n(&front.dlsym_export, (const void *)rmcp_front_own_dlsym, __ATOMIC_RELAXED);
     uintptr_t tp;
     __asm__("mov %%fs:0, %0" : "=r"(tp));
-    front.thread_offset = (intptr_t)((uintptr_t)thread_state - tp);
-    memcpy(front.exports, own_exports, sizeof own_exports);
+    __atomic_store_n(&front.thread_offset, (intptr_t)((uintptr_t)thread_state - tp),
+                     __ATOMIC_RELAXED);
+    for (int i = 0; i < RMCP_HOOKS; i++)
+        __atomic_store_n(&front.exports[i], own_exports[i], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
 
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
