@@ -3,8 +3,8 @@
 //! program that loads the HIP runtime, through LD_PRELOAD.
 //!
 //! This crate is the library and nothing else: every module is private, and the only
-//! symbols it exports are the trampolines in `exports` (build.rs has the linker define
-//! them, from the same table). What it decides comes from `rmcp-core`
+//! symbols it exports are those in `exports`: the trampolines (build.rs has the linker
+//! define them, from the same table) and `rmcp_shim_stats`. What it decides comes from `rmcp-core`
 //! (pure: configuration, classification, policy, the hook registry); what it is is here:
 //! - `exports`: the exported trampolines, one per hooked function, and `dlsym`;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
