@@ -312,6 +312,27 @@ pub(crate) fn own_dlsym_address() -> usize {
     own_dlsym as *const () as usize
 }
 
+/// `size_t rmcp_shim_stats(char *buf, size_t len)`: writes this process's counters as UTF-8
+/// JSON (the RMCP_STATS_FILE report, no terminating NUL) into `buf`, as much as fits in
+/// `len` bytes, and returns the report's full length: a caller whose buffer was too short
+/// calls again with one at least that long. `buf` may be NULL when `len` is 0. Returns 0 if
+/// the report could not be made (a panic inside is caught). Not a hook: a plain export,
+/// in rustc's version script as every `#[no_mangle]` item is.
+#[unsafe(no_mangle)]
+pub extern "C" fn rmcp_shim_stats(buf: *mut std::ffi::c_char, len: usize) -> usize {
+    std::panic::catch_unwind(|| {
+        let out: &mut [u8] = if buf.is_null() || len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller hands `len` writable bytes at `buf` (the function's
+            // contract), not aliased by anything the shim holds.
+            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+        };
+        crate::report::stats_json(out)
+    })
+    .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,25 +353,4 @@ mod tests {
         let p = unsafe { own_dlsym(libc::RTLD_DEFAULT, c"strlen".as_ptr()) };
         assert_eq!(p as usize, libc::strlen as *const () as usize);
     }
-}
-
-/// `size_t rmcp_shim_stats(char *buf, size_t len)`: writes this process's counters as UTF-8
-/// JSON (the RMCP_STATS_FILE report, no terminating NUL) into `buf`, as much as fits in
-/// `len` bytes, and returns the report's full length: a caller whose buffer was too short
-/// calls again with one at least that long. `buf` may be NULL when `len` is 0. Returns 0 if
-/// the report could not be made (a panic inside is caught). Not a hook: a plain export,
-/// in rustc's version script as every `#[no_mangle]` item is.
-#[unsafe(no_mangle)]
-pub extern "C" fn rmcp_shim_stats(buf: *mut std::ffi::c_char, len: usize) -> usize {
-    std::panic::catch_unwind(|| {
-        let out: &mut [u8] = if buf.is_null() || len == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller hands `len` writable bytes at `buf` (the function's
-            // contract), not aliased by anything the shim holds.
-            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
-        };
-        crate::report::stats_json(out)
-    })
-    .unwrap_or(0)
 }
