@@ -84,12 +84,16 @@ pub fn ld_preload(out: &mut Vec<Finding>) {
 pub fn shim(out: &mut Vec<Finding>) {
     let search = install::SHIM.search_here(None);
     let f = match &search.found {
-        Some(p) => Finding::new(
-            Check::Shim,
-            Status::Ok,
-            format!("rmcp run would preload {}.", p.display()),
-        )
-        .with("path", p.display().to_string()),
+        Some(p) => {
+            let place = search.found_place().unwrap_or("unknown");
+            Finding::new(
+                Check::Shim,
+                Status::Ok,
+                format!("rmcp run would preload {} (found: {place}).", p.display()),
+            )
+            .with("path", p.display().to_string())
+            .with("source", place)
+        }
         None => Finding::new(
             Check::Shim,
             Status::Warn,
