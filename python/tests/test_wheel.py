@@ -122,7 +122,7 @@ def test_doctor_finds_the_shim_in_the_package(tmp_path):
     shim = [f for f in report["findings"] if f["check"] == "shim"]
     assert len(shim) == 1, shim
     assert os.path.realpath(shim[0]["path"]) == rmcp_rdna.shim_path(), shim
-    assert shim[0]["source"] == "the rmcp_rdna package beside rmcp", shim
+    assert shim[0]["found_in"] == "the rmcp_rdna package beside rmcp", shim
 
 
 def test_shim_path_is_the_packaged_library():

@@ -92,7 +92,7 @@ pub fn shim(out: &mut Vec<Finding>) {
                 format!("rmcp run would preload {} (found: {place}).", p.display()),
             )
             .with("path", p.display().to_string())
-            .with("source", place)
+            .with("found_in", place)
         }
         None => Finding::new(
             Check::Shim,
