@@ -365,7 +365,11 @@ fn size(table: &mut Table, shim: &Path) {
     let body = shim.with_file_name("librmcp_shim_body.so");
     for (name, path, when) in [
         ("librmcp_shim.so", shim, "every process"),
-        ("librmcp_shim_body.so", body.as_path(), "from the first hooked call"),
+        (
+            "librmcp_shim_body.so",
+            body.as_path(),
+            "from the first hooked call",
+        ),
     ] {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let (file, mem) = loadable_bytes(&bytes).unwrap_or((0, 0));

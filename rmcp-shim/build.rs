@@ -19,7 +19,7 @@ use std::process::Command;
 
 /// Bumped whenever `front.c`'s `struct rmcp_front` / `struct rmcp_body` change; the body's
 /// copy is `front::ABI` (src/front.rs), which includes this file's value.
-const ABI: u32 = 1;
+const ABI: u32 = 2;
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

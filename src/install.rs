@@ -2,7 +2,10 @@
 //! check) and the field-check program (`rmcp check`).
 //!
 //! First match wins: the path the command-line option names, else the path the variable
-//! names, else the places relative to the rmcp executable (next to it, `../lib/`). A path
+//! names, else the places relative to the rmcp executable (next to it, `../lib/`, and the
+//! `rmcp_rdna` package a pip install put beside the `rmcp` script:
+//! `../lib/python3.*/site-packages/rmcp_rdna/`, or `dist-packages` as Debian's pip
+//! names it). A path
 //! the user named is never skipped past: when it does not exist, nothing else is tried.
 //! Only paths given at run time or relative to the executable are used, never a path of
 //! the machine rmcp was built on. The search lists every place it tried, for the "not
@@ -23,16 +26,33 @@ pub struct Wanted {
     /// The variable that names it: `RMCP_SHIM`.
     pub variable: &'static str,
     /// Directories relative to the one holding the rmcp executable, in order, with how
-    /// the search report names them: `("../lib of rmcp", &["..", "lib"])`.
+    /// the search report names them: `("../lib of rmcp", &["..", "lib"])`. A component
+    /// with one `*` matches the directory's entries around it (`python3*`), in name order.
     pub beside_rmcp: &'static [(&'static str, &'static [&'static str])],
 }
 
-/// `librmcp_shim.so`: `--shim`, `RMCP_SHIM`, next to rmcp, `../lib/`.
+/// What the search report calls the Python package's places.
+pub const IN_PACKAGE: &str = "the rmcp_rdna package beside rmcp";
+
+/// `librmcp_shim.so`: `--shim`, `RMCP_SHIM`, next to rmcp, `../lib/`, then the `rmcp_rdna`
+/// package of the pip install that put rmcp in a `bin/` (the wheel's layout: the script in
+/// `PREFIX/bin`, the package in `PREFIX/lib/python3.X/site-packages`).
 pub const SHIM: Wanted = Wanted {
     file_name: SHIM_NAME,
     option: "--shim",
     variable: "RMCP_SHIM",
-    beside_rmcp: &[("next to rmcp", &[]), ("../lib of rmcp", &["..", "lib"])],
+    beside_rmcp: &[
+        ("next to rmcp", &[]),
+        ("../lib of rmcp", &["..", "lib"]),
+        (
+            IN_PACKAGE,
+            &["..", "lib", "python3*", "site-packages", "rmcp_rdna"],
+        ),
+        (
+            IN_PACKAGE,
+            &["..", "lib", "python3*", "dist-packages", "rmcp_rdna"],
+        ),
+    ],
 };
 
 /// The shim's body for the shim at `shim`: the file librmcp_shim.so maps on a process's
@@ -48,6 +68,38 @@ pub fn shim_body(shim: &Path) -> PathBuf {
     real.with_file_name(format!("{stem}_body.so"))
 }
 
+/// `dir` joined with each of `rel`'s components; a component with a `*` stands for every
+/// entry of the directory so far whose name has the text around the `*`, in name order.
+fn expand(dir: &Path, rel: &[&str]) -> Vec<PathBuf> {
+    let mut dirs = vec![dir.to_path_buf()];
+    for c in rel {
+        dirs = match c.split_once('*') {
+            None => dirs.into_iter().map(|d| d.join(c)).collect(),
+            Some((head, tail)) => dirs
+                .into_iter()
+                .flat_map(|d| {
+                    let mut names: Vec<_> = std::fs::read_dir(&d)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .map(|e| e.file_name())
+                        .filter(|n| {
+                            n.to_str().is_some_and(|n| {
+                                n.len() >= head.len() + tail.len()
+                                    && n.starts_with(head)
+                                    && n.ends_with(tail)
+                            })
+                        })
+                        .collect();
+                    names.sort();
+                    names.into_iter().map(move |n| d.join(n))
+                })
+                .collect(),
+        };
+    }
+    dirs
+}
+
 /// Where a file was looked for, in order, and what was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Search {
@@ -58,6 +110,13 @@ pub struct Search {
 }
 
 impl Search {
+    /// Where the file was found, as the report names the place (`RMCP_SHIM`, `next to
+    /// rmcp`, ...): the last place tried, when one was found.
+    pub fn found_place(&self) -> Option<&str> {
+        self.found.as_ref()?;
+        self.tried.last().map(|(what, _)| what.as_str())
+    }
+
     /// "next to rmcp: /a/librmcp_shim.so; ../lib of rmcp: /a/../lib/librmcp_shim.so"
     pub fn describe_tried(&self) -> String {
         self.tried
@@ -93,16 +152,15 @@ impl Wanted {
         let mut tried = Vec::new();
         if let Some(dir) = exe.and_then(Path::parent) {
             for (what, rel) in self.beside_rmcp {
-                let p = rel
-                    .iter()
-                    .fold(dir.to_path_buf(), |d, c| d.join(c))
-                    .join(self.file_name);
-                tried.push((what.to_string(), p.clone()));
-                if p.is_file() {
-                    return Search {
-                        tried,
-                        found: Some(p),
-                    };
+                for d in expand(dir, rel) {
+                    let p = d.join(self.file_name);
+                    tried.push((what.to_string(), p.clone()));
+                    if p.is_file() {
+                        return Search {
+                            tried,
+                            found: Some(p),
+                        };
+                    }
                 }
             }
         }
@@ -158,6 +216,40 @@ mod tests {
         let s = SHIM.search(None, Some(OsStr::new("/nonexistent/y.so")), None);
         assert_eq!(s.found, None);
         assert!(s.describe_tried().contains("RMCP_SHIM: /nonexistent/y.so"));
+    }
+
+    #[test]
+    fn the_pip_package_beside_the_script() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        let pkg = root.path().join("lib/python3.11/site-packages/rmcp_rdna");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&pkg).unwrap();
+        // Another python's site-packages without the package comes first and is passed.
+        std::fs::create_dir_all(root.path().join("lib/python3.10/site-packages")).unwrap();
+        let rmcp = bin.join("rmcp");
+        let s = SHIM.search(None, None, Some(&rmcp));
+        assert_eq!(s.found, None);
+        std::fs::write(pkg.join(SHIM_NAME), b"").unwrap();
+        let s = SHIM.search(None, None, Some(&rmcp));
+        assert_eq!(
+            s.found,
+            Some(
+                bin.join("../lib/python3.11/site-packages/rmcp_rdna")
+                    .join(SHIM_NAME)
+            )
+        );
+        assert_eq!(s.found_place(), Some(IN_PACKAGE));
+        assert!(
+            s.describe_tried()
+                .contains("python3.10/site-packages/rmcp_rdna/librmcp_shim.so"),
+            "{}",
+            s.describe_tried()
+        );
+        // Next to rmcp still wins.
+        std::fs::write(bin.join(SHIM_NAME), b"").unwrap();
+        let s = SHIM.search(None, None, Some(&rmcp));
+        assert_eq!(s.found_place(), Some("next to rmcp"));
     }
 
     #[test]

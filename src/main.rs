@@ -11,7 +11,8 @@
 //!   shim and compares;
 //! - `preload`: LD_PRELOAD lists (putting the shim in, taking it out, recognising it);
 //! - `install`: finding the shim and the field-check program (option, variable, next to
-//!   rmcp, `../lib/`);
+//!   rmcp, `../lib/`, the pip package);
+//! - `kernel`: `rmcp kernel install`, a Jupyter kernel spec with the shim preloaded;
 //! - `build_info`: the version and the commit rmcp was built from (`--version`, doctor).
 //!
 //! Start-up: `main` is a C `main` (`#![no_main]`), so the Rust runtime's start-up does not
@@ -30,6 +31,7 @@ mod build_info;
 mod doctor;
 mod field_check;
 mod install;
+mod kernel;
 mod preload;
 mod run;
 
@@ -60,11 +62,13 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Run the field-check program without and with librmcp_shim.so and compare.
     Check(field_check::CheckArgs),
+    /// Jupyter kernel specs that start ipykernel with librmcp_shim.so preloaded.
+    Kernel(kernel::KernelArgs),
 }
 
 /// The entry point (not in the unit-test binary, whose main is libtest's) and the start-up.
 mod startup {
-    use super::{Cli, Command, doctor, field_check, run};
+    use super::{Cli, Command, doctor, field_check, kernel, run};
     use clap::Parser;
 
     /// The process's entry point, called by the C runtime (glibc's `__libc_start_main`): the
@@ -96,6 +100,7 @@ mod startup {
             Command::Run(args) => run::run(args),
             Command::Doctor(args) => doctor::main(args),
             Command::Check(args) => field_check::main(args),
+            Command::Kernel(args) => kernel::main(args),
         }
     }
 

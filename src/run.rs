@@ -23,7 +23,8 @@ pub const EXIT_FAILED: u8 = 125;
 /// The options and the command of `rmcp run`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
+    /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/, else
+    /// the rmcp_rdna package beside rmcp).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
     /// RMCP_MODE: what the shim does to allocations.

@@ -15,6 +15,8 @@
  *   on to the body's function with the stack as the caller left it (the body reads the
  *   caller's return address at [rsp]). After that, a hooked call costs one indirect jump
  *   here.
+ * - `rmcp_shim_stats`, the counters as JSON (for Python's `rmcp_rdna.stats()`), from the
+ *   body, which it attaches if need be.
  * - `dlsym`: a lookup that is not for a hooked name (anything not starting "hip" first, by
  *   three byte compares) or on RTLD_NEXT leaves by a jump to the next dlsym, so it answers
  *   as without the shim. A hooked name goes to the body's `lookup` when the body is
@@ -54,6 +56,7 @@
 typedef void *(*dlsym_fn)(void *, const char *);
 typedef void *(*dlvsym_fn)(void *, const char *, const char *);
 typedef void *(*lookup_fn)(void *, const char *, uintptr_t);
+typedef size_t (*stats_fn)(char *, size_t);
 
 /* What this object hands the body. The body's `front::Front` (rmcp-shim/src/front.rs) is
  * the same layout; `size` and `abi` are checked there. */
@@ -79,6 +82,7 @@ struct rmcp_body {
     uint32_t hooks;
     uint32_t reserved;
     lookup_fn lookup;
+    stats_fn stats;
     const void *entries[RMCP_HOOKS];
 };
 
@@ -249,6 +253,7 @@ void *rmcp_front_find_next_dlsym(void) {
 enum { BODY_UNTRIED, BODY_ATTACHED, BODY_FAILED };
 static int body_state;
 static lookup_fn body_lookup;
+static stats_fn body_stats;
 
 static void say(const char *a, const char *b, const char *c) {
     const char *log = getenv("RMCP_LOG");
@@ -363,7 +368,7 @@ static int attach(void) {
     attach_fn f = (attach_fn)glibc_dlsym()(h, "rmcp_shim_attach");
     struct rmcp_body body = {0};
     if (!f || f(&front, &body) != 0 || body.abi != RMCP_FRONT_ABI ||
-        body.size != sizeof body || body.hooks != RMCP_HOOKS || !body.lookup) {
+        body.size != sizeof body || body.hooks != RMCP_HOOKS || !body.lookup || !body.stats) {
         __atomic_store_n(&body_state, BODY_FAILED, __ATOMIC_RELEASE);
         say(path, " is not the body this librmcp_shim.so was built with", "");
         return 0;
@@ -374,6 +379,7 @@ static int attach(void) {
             say(path, " lacks a hook", "");
             return 0;
         }
+    __atomic_store_n(&body_stats, body.stats, __ATOMIC_RELEASE);
     __atomic_store_n(&body_lookup, body.lookup, __ATOMIC_RELEASE);
     for (int i = 0; i < RMCP_HOOKS; i++)
         __atomic_store_n(&rmcp_front_entries[i], (void *)body.entries[i], __ATOMIC_RELEASE);
@@ -452,4 +458,15 @@ void *rmcp_front_route(void *handle, const char *name, uintptr_t ret) {
     if (attach())
         return (void *)__atomic_load_n(&body_lookup, __ATOMIC_ACQUIRE);
     return rmcp_front_find_next_dlsym();
+}
+
+/* ---- rmcp_shim_stats ---------------------------------------------------------------------- */
+
+/* size_t rmcp_shim_stats(char *buf, size_t len): this process's counters as JSON, for
+ * `rmcp_rdna.stats()` (the body's `exports::stats` says the contract). An explicit request,
+ * so it attaches the body if no hooked call has yet; 0 when the body cannot be attached. */
+__attribute__((visibility("default"))) size_t rmcp_shim_stats(char *buf, size_t len) {
+    if (!attach())
+        return 0;
+    return __atomic_load_n(&body_stats, __ATOMIC_ACQUIRE)(buf, len);
 }

@@ -1,7 +1,8 @@
 //! The body's entry points: one trampoline per row of the hook table
-//! (`rmcp_sys::hooked_functions!`). The front (librmcp_shim.so, `front/front.c`) exports
-//! the names and jumps here through its table once the body is attached (`front`); this
-//! library itself exports only `rmcp_shim_attach`.
+//! (`rmcp_sys::hooked_functions!`), and [`stats`], the counters as JSON for
+//! `rmcp_rdna.stats()` in Python. The front (librmcp_shim.so, `front/front.c`) exports the
+//! names (`rmcp_shim_stats` for the last) and jumps or calls here once the body is attached
+//! (`front`); this library itself exports only `rmcp_shim_attach`.
 //!
 //! Each entry is a two-instruction trampoline written with `global_asm!`: it loads its
 //! own return address (the caller's next instruction, at `[rsp]` on entry: the front
@@ -156,6 +157,25 @@ rmcp_sys::hooked_functions!(exports);
 /// The hook at table index `i` (`i < Hook::COUNT`).
 pub(crate) fn hook_at(i: usize) -> Hook {
     HOOKS[i].0
+}
+
+/// The front's `size_t rmcp_shim_stats(char *buf, size_t len)` calls this: writes this
+/// process's counters as UTF-8 JSON (the RMCP_STATS_FILE report, no terminating NUL) into
+/// `buf`, as much as fits in `len` bytes, and returns the report's full length: a caller
+/// whose buffer was too short calls again with one at least that long. `buf` may be NULL
+/// when `len` is 0. Returns 0 if the report could not be made (a panic inside is caught).
+pub(crate) extern "C" fn stats(buf: *mut std::ffi::c_char, len: usize) -> usize {
+    std::panic::catch_unwind(|| {
+        let out: &mut [u8] = if buf.is_null() || len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller hands `len` writable bytes at `buf` (the function's
+            // contract), not aliased by anything the shim holds.
+            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+        };
+        crate::report::stats_json(out)
+    })
+    .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use rmcp_core::registry::Hook;
 
 pub(crate) type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type LookupFn = extern "C" fn(*mut c_void, *const c_char, usize) -> *mut c_void;
+type StatsFn = extern "C" fn(*mut c_char, usize) -> usize;
 
 /// The ABI number front.c was built with (build.rs writes one number for both).
 const ABI: u32 = include!(concat!(env!("OUT_DIR"), "/front_abi.rs"));
@@ -55,6 +56,7 @@ pub(crate) struct Body {
     hooks: u32,
     reserved: u32,
     lookup: LookupFn,
+    stats: StatsFn,
     entries: [*const c_void; Hook::COUNT],
 }
 
@@ -99,6 +101,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
             hooks: Hook::COUNT as u32,
             reserved: 0,
             lookup: crate::dlsym::lookup,
+            stats: crate::exports::stats,
             entries: std::array::from_fn(|i| crate::exports::entry(crate::exports::hook_at(i))),
         };
         // SAFETY: the caller's contract: `body` is writable and sized for a Body.

@@ -11,7 +11,7 @@
 //! (pure: configuration, classification, policy, the hook registry); what it is is here:
 //! - `front`: the attach, and what the front provides (its exports, RTLD_NEXT from its
 //!   place, the per-thread block, descriptor 2 at start);
-//! - `exports`: the entry trampolines, one per hooked function;
+//! - `exports`: the entry trampolines, one per hooked function, and the stats entry;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
 //! - `binding`: where each caller's calls go (the function it would have reached without
 //!   the shim), and whether it is exempt (RMCP_EXEMPT);

@@ -314,9 +314,56 @@ fn write_report() {
     }
 }
 
+/// The counters of this process as the JSON report (the RMCP_STATS_FILE schema), for
+/// `rmcp_shim_stats` (`exports`): as much as fits is written to `out`, and the full length
+/// is returned, so a caller whose buffer was short can ask again with one as long. The
+/// report is the exit report's, with its allocations and no more: it is serialized straight
+/// into `out`, without an intermediate string. Before the process's first hooked call the
+/// state is built as that call would build it (configuration and topology, no HIP call).
+pub(crate) fn stats_json(out: &mut [u8]) -> usize {
+    /// Copies what fits into the buffer and counts everything.
+    struct Clipped<'a> {
+        out: &'a mut [u8],
+        len: usize,
+    }
+    impl std::io::Write for Clipped<'_> {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if let Some(room) = self.out.len().checked_sub(self.len) {
+                let n = room.min(bytes.len());
+                self.out[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+            }
+            self.len += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let report = report(crate::state::global());
+    let mut w = Clipped { out, len: 0 };
+    match serde_json::to_writer(&mut w, &report) {
+        Ok(()) => w.len,
+        Err(_) => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_json_reports_the_full_length_and_fills_what_fits() {
+        let mut big = vec![0u8; 1 << 16];
+        let n = stats_json(&mut big);
+        assert!(n > 0 && n < big.len(), "{n}");
+        let json: serde_json::Value = serde_json::from_slice(&big[..n]).unwrap();
+        assert_eq!(json["pid"], std::process::id());
+        assert!(json["calls"]["hipHostMalloc"]["calls"].is_u64(), "{json}");
+        let mut small = vec![0u8; 10];
+        assert_eq!(stats_json(&mut small), n);
+        assert_eq!(small[..], big[..10]);
+        assert_eq!(stats_json(&mut []), n);
+    }
 
     #[test]
     fn the_summary_names_each_copy_and_its_file() {

@@ -84,32 +84,36 @@ pub fn ld_preload(out: &mut Vec<Finding>) {
 pub fn shim(out: &mut Vec<Finding>) {
     let search = install::SHIM.search_here(None);
     let f = match &search.found {
-        Some(p) if !install::shim_body(p).is_file() => {
+        Some(p) => {
+            let place = search.found_place().unwrap_or("unknown");
             let body = install::shim_body(p);
-            Finding::new(
-                Check::Shim,
-                Status::Error,
-                format!(
-                    "rmcp run would preload {}, but its body {} is missing: the shim would \
-                     pass every HIP call through unchanged. Install both files side by side.",
-                    p.display(),
-                    body.display()
-                ),
-            )
-            .with("path", p.display().to_string())
-            .with("body", body.display().to_string())
+            let f = if body.is_file() {
+                Finding::new(
+                    Check::Shim,
+                    Status::Ok,
+                    format!(
+                        "rmcp run would preload {} (found: {place}; body: {}).",
+                        p.display(),
+                        body.display()
+                    ),
+                )
+            } else {
+                Finding::new(
+                    Check::Shim,
+                    Status::Error,
+                    format!(
+                        "rmcp run would preload {} (found: {place}), but its body {} is \
+                         missing: the shim would pass every HIP call through unchanged. \
+                         Install both files side by side.",
+                        p.display(),
+                        body.display()
+                    ),
+                )
+            };
+            f.with("path", p.display().to_string())
+                .with("found_in", place)
+                .with("body", body.display().to_string())
         }
-        Some(p) => Finding::new(
-            Check::Shim,
-            Status::Ok,
-            format!(
-                "rmcp run would preload {} (body: {}).",
-                p.display(),
-                install::shim_body(p).display()
-            ),
-        )
-        .with("path", p.display().to_string())
-        .with("body", install::shim_body(p).display().to_string()),
         None => Finding::new(
             Check::Shim,
             Status::Warn,
