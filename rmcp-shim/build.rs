@@ -39,8 +39,11 @@ fn main() {
     std::fs::write(out.join("front_abi.rs"), format!("{ABI}\n")).expect("write the ABI");
 
     let so = out.join("librmcp_shim.so");
+    // The compiler the cc crate picks, without its default flags (they carry -g, and so
+    // this machine's paths, into the library).
     let compiler = cc::Build::new().get_compiler();
-    let mut cmd: Command = compiler.to_command();
+    let mut cmd = Command::new(compiler.path());
+    cmd.envs(compiler.get_envs());
     cmd.args([
         "-shared",
         "-fPIC",
@@ -48,13 +51,23 @@ fn main() {
         "-Wall",
         "-Wextra",
         "-Werror",
+        // clang (zig cc, the wheel's) warns that -nostartfiles goes unused when compiling;
+        // gcc ignores an unknown -Wno- option.
+        "-Wno-unused-command-line-argument",
         "-fvisibility=hidden",
         // glibc tells what RTLD_NEXT is after from dlsym's return address: the front's
         // lookups must be real calls from it, never tail jumps (front.c).
         "-fno-optimize-sibling-calls",
         "-fno-stack-protector",
+        // No debug info, ours or that of objects the toolchain links in (zig's): it would
+        // name this machine's paths (scripts/wheel checks the wheel for them).
+        "-g0",
+        "-Wl,--strip-debug",
         "-nostartfiles",
         "-Wl,-z,relro",
+        // The loader functions are weak references (front.c): libdl.so.2, where the glibc
+        // built against keeps them, is not made a dependency.
+        "-Wl,--as-needed",
         "-Wl,--hash-style=gnu",
         "-Wl,-soname,librmcp_shim.so",
     ])
