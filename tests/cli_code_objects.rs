@@ -53,6 +53,11 @@ fn json(sysfs: &str, scan: &[&Path], vars: &[(&str, &str)]) -> (Option<i32>, Val
     (out.status.code(), v)
 }
 
+/// The human-readable doctor output.
+fn text(sysfs: &str, scan: &[&Path], vars: &[(&str, &str)]) -> String {
+    String::from_utf8(doctor(sysfs, scan, vars, false).stdout).unwrap()
+}
+
 fn code_findings(j: &Value) -> Vec<&Value> {
     j["findings"]
         .as_array()
@@ -176,16 +181,7 @@ fn hipcc_library_without_the_cards_code() {
     let m = message_for(&j, "override");
     assert!(m.contains("RDNA2 code on RDNA1 silicon"), "{m}");
     // The human output says the same, in the same order, within 80 columns.
-    let text = String::from_utf8(
-        doctor(
-            "rdna1",
-            &[&lib],
-            &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
-            false,
-        )
-        .stdout,
-    )
-    .unwrap();
+    let text = text("rdna1", &[&lib], &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
     let squash = |s: &str| s.split_whitespace().collect::<String>();
     let flat = squash(&text);
     let mut at = 0;
@@ -240,16 +236,7 @@ fn hipcc_library_with_the_cards_code() {
             && !m.contains("no gfx1010"),
         "{m}"
     );
-    let text = String::from_utf8(
-        doctor(
-            "rdna1",
-            &[&lib],
-            &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
-            false,
-        )
-        .stdout,
-    )
-    .unwrap();
+    let text = text("rdna1", &[&lib], &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         flat.contains(
