@@ -93,6 +93,15 @@ fn main() {
             std::fs::copy(&so, &tmp).expect("copy the front next to the body");
             std::fs::rename(&tmp, &dest).expect("move the front into place");
         }
+        // cargo copies the body up into target/<profile> only when this package is what
+        // was asked for (`cargo build`), not when it is built for tests or dependents: keep
+        // the pair whole there with a link to the body in deps, which `cargo build`
+        // replaces with its copy.
+        let body = profile.join("librmcp_shim_body.so");
+        if !body.exists() {
+            let _ = std::fs::remove_file(&body);
+            let _ = std::os::unix::fs::symlink("deps/librmcp_shim_body.so", &body);
+        }
     }
     println!("cargo:rerun-if-changed=front/front.c");
     println!("cargo:rerun-if-changed=build.rs");
