@@ -368,7 +368,7 @@ fn size(table: &mut Table, shim: &Path) {
         (
             "librmcp_shim_body.so",
             body.as_path(),
-            "from the first hooked call",
+            "processes that call HIP",
         ),
     ] {
         let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
