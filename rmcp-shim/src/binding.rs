@@ -197,7 +197,7 @@ fn own_address_of(name: &CStr) -> usize {
 fn in_tree(handle: *mut c_void, name: *const c_char, own: usize) -> *mut c_void {
     // SAFETY: `handle` is a live dlopen handle (`locate::with_handle`); `name` is
     // NUL-terminated.
-    let p = unsafe { crate::dlsym::glibc()(handle, name) };
+    let p = unsafe { crate::front::glibc_dlsym()(handle, name) };
     if p as usize == own { null_mut() } else { p }
 }
 

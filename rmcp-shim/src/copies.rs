@@ -76,7 +76,7 @@ fn in_object(base: usize) -> Option<usize> {
     let object = locate::loaded_object(base)?;
     let p = locate::with_handle(&object, |h| {
         // SAFETY: `h` is a live dlopen handle; the name is NUL-terminated.
-        unsafe { crate::dlsym::glibc()(h, c"hipMalloc".as_ptr()) }
+        unsafe { crate::front::glibc_dlsym()(h, c"hipMalloc".as_ptr()) }
     })?;
     (!p.is_null()).then_some(p as usize)
 }
@@ -90,7 +90,7 @@ fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
 }
 
 fn new_copy(object: &LoadedObject) -> Copy {
-    let glibc = crate::dlsym::glibc();
+    let glibc = crate::front::glibc_dlsym();
     let api = locate::with_handle(object, |h| {
         HipApi::resolve(|name| {
             // SAFETY: `h` is a live dlopen handle; `name` is NUL-terminated. The copy's own

@@ -36,17 +36,8 @@ use std::panic::catch_unwind;
 use rmcp_core::policy;
 use rmcp_core::registry::Hook;
 
-use crate::front::{self, DlsymFn};
+use crate::front::{self, next_dlsym as next};
 use crate::{binding, state, thread};
-
-/// glibc's dlsym, for the shim's own lookups.
-pub(crate) fn glibc() -> DlsymFn {
-    front::glibc_dlsym()
-}
-
-fn next() -> DlsymFn {
-    front::next_dlsym()
-}
 
 /// The front's `dlsym` goes on here for a hooked name, with the caller's return address
 /// as `ret`.
@@ -130,7 +121,7 @@ mod tests {
 
     #[test]
     fn without_a_front_lookups_are_glibcs() {
-        let f = glibc();
+        let f = front::glibc_dlsym();
         // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
         let strlen = unsafe { f(libc::RTLD_DEFAULT, c"strlen".as_ptr()) };
         assert_eq!(strlen as usize, libc::strlen as *const () as usize);

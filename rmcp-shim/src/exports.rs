@@ -17,7 +17,7 @@ use std::ffi::{c_int, c_uint};
 
 use std::ffi::c_void;
 
-use rmcp_core::registry::{HOOKS, Hook};
+use rmcp_core::registry::Hook;
 use rmcp_sys::{HipError, error};
 
 use crate::intercept::{Call, count_host_location, intercept, substitute_proc_address};
@@ -154,11 +154,6 @@ macro_rules! exports {
 
 rmcp_sys::hooked_functions!(exports);
 
-/// The hook at table index `i` (`i < Hook::COUNT`).
-pub(crate) fn hook_at(i: usize) -> Hook {
-    HOOKS[i].0
-}
-
 /// The front's `size_t rmcp_shim_stats(char *buf, size_t len)` calls this: writes this
 /// process's counters as UTF-8 JSON (the RMCP_STATS_FILE report, no terminating NUL) into
 /// `buf`, as much as fits in `len` bytes, and returns the report's full length: a caller
@@ -181,18 +176,14 @@ pub(crate) extern "C" fn stats(buf: *mut std::ffi::c_char, len: usize) -> usize 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmcp_core::registry::HOOKS;
 
     #[test]
     fn every_hook_has_a_distinct_entry() {
-        let mut addrs: Vec<usize> = (0..Hook::COUNT)
-            .map(|i| entry(hook_at(i)) as usize)
-            .collect();
+        let mut addrs: Vec<usize> = HOOKS.iter().map(|(h, _)| entry(*h) as usize).collect();
         assert!(addrs.iter().all(|a| *a != 0));
         addrs.sort();
         addrs.dedup();
         assert_eq!(addrs.len(), HOOKS.len());
-        for (i, (h, _)) in HOOKS.iter().enumerate() {
-            assert_eq!(hook_at(i), *h);
-        }
     }
 }

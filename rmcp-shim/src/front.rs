@@ -21,7 +21,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use rmcp_core::registry::Hook;
+use rmcp_core::registry::{HOOKS, Hook};
 
 pub(crate) type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type LookupFn = extern "C" fn(*mut c_void, *const c_char, usize) -> *mut c_void;
@@ -102,7 +102,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
             reserved: 0,
             lookup: crate::dlsym::lookup,
             stats: crate::exports::stats,
-            entries: std::array::from_fn(|i| crate::exports::entry(crate::exports::hook_at(i))),
+            entries: HOOKS.map(|(hook, _)| crate::exports::entry(hook)),
         };
         // SAFETY: the caller's contract: `body` is writable and sized for a Body.
         unsafe { body.write(out) };
