@@ -57,7 +57,7 @@ pub const SHIM: Wanted = Wanted {
 
 /// The shim's body for the shim at `shim`: the file librmcp_shim.so maps on a process's
 /// first hooked call, beside it with symlinks followed, named as it with `_body` before
-/// `.so` (the rule `body_path` in rmcp-shim/front/front.c follows).
+/// `.so` (the rule `body_path` in rmcp-shim/front/body.rs follows).
 pub fn shim_body(shim: &Path) -> PathBuf {
     let real = std::fs::canonicalize(shim).unwrap_or_else(|_| shim.to_path_buf());
     let name = real

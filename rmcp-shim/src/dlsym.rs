@@ -7,7 +7,7 @@
 //! The rule: a lookup answers what it answered without the shim, except that a hooked
 //! runtime function comes back as the shim's.
 //! - `RTLD_NEXT` lookups, and lookups of any name that is not hooked, never reach this
-//!   library: the front's `dlsym` (`front/front.c`) sends them on to the next `dlsym` with
+//!   library: the front's `dlsym` (`front/front.rs`) sends them on to the next `dlsym` with
 //!   the stack untouched, so the next wrapper, glibc and audit modules see the original
 //!   caller.
 //! - For a hooked name, [`lookup`] works out the answer without the shim: on a handle, the

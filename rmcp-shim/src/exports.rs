@@ -1,6 +1,6 @@
 //! The body's entry points: one trampoline per row of the hook table
 //! (`rmcp_sys::hooked_functions!`), and [`stats`], the counters as JSON for
-//! `rmcp_rdna.stats()` in Python. The front (librmcp_shim.so, `front/front.c`) exports the
+//! `rmcp_rdna.stats()` in Python. The front (librmcp_shim.so, `front/front.rs`) exports the
 //! names (`rmcp_shim_stats` for the last) and jumps or calls here once the body is attached
 //! (`front`); this library itself exports only `rmcp_shim_attach`.
 //!

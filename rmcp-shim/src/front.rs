@@ -1,5 +1,5 @@
 //! The body's side of the two objects: what librmcp_shim.so (the preloaded front,
-//! `front/front.c`) hands this library when it maps it on the first hooked call, and the
+//! `front/front.rs`) hands this library when it maps it on the first hooked call, and the
 //! one function this library exports, `rmcp_shim_attach`.
 //!
 //! The front is what the process preloaded, so everything that means "the shim's place in
@@ -12,10 +12,10 @@
 //! allocated by `__tls_get_addr` on each thread's first use (and glibc aborts the process
 //! when that allocation fails).
 //!
-//! Layouts: `Front` and `Body` are `struct rmcp_front` and `struct rmcp_body` of front.c;
-//! the ABI number both are built with comes from build.rs, and the sizes are checked at
-//! attach. Until attached (unit tests), every accessor answers as a library loaded on its
-//! own would.
+//! Layouts: `Front` and `Body` are the front's own types, from the one file both objects
+//! compile (`front/abi.rs`); the ABI number, sizes and hook count, checked at attach, catch
+//! a front and a body from different builds. Until attached (unit tests), every accessor
+//! answers as a library loaded on its own would.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
@@ -23,42 +23,16 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use rmcp_core::registry::{HOOKS, Hook};
 
-pub(crate) type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-type LookupFn = extern "C" fn(*mut c_void, *const c_char, usize) -> *mut c_void;
-type StatsFn = extern "C" fn(*mut c_char, usize) -> usize;
+/// The one definition of the two objects' ABI, which the front compiles too.
+#[path = "../front/abi.rs"]
+mod abi;
 
-/// The ABI number front.c was built with (build.rs writes one number for both).
-const ABI: u32 = include!(concat!(env!("OUT_DIR"), "/front_abi.rs"));
+pub(crate) use abi::DlsymFn;
 
-/// `struct rmcp_front`.
-#[repr(C)]
-pub(crate) struct Front {
-    abi: u32,
-    size: u32,
-    hooks: u32,
-    /// 1: descriptor 2 was open at load (dev, ino below); 2: it was closed.
-    pub(crate) stderr_state: u32,
-    pub(crate) stderr_dev: u64,
-    pub(crate) stderr_ino: u64,
-    glibc_dlsym: DlsymFn,
-    next_dlsym: DlsymFn,
-    next: unsafe extern "C" fn(*const c_char) -> *mut c_void,
-    dlsym_export: *const c_void,
-    thread_offset: isize,
-    exports: [*const c_void; Hook::COUNT],
-}
-
-/// `struct rmcp_body`.
-#[repr(C)]
-pub(crate) struct Body {
-    abi: u32,
-    size: u32,
-    hooks: u32,
-    reserved: u32,
-    lookup: LookupFn,
-    stats: StatsFn,
-    entries: [*const c_void; Hook::COUNT],
-}
+/// The front's `abi::Front`, for this build's hooks.
+type Front = abi::Front<{ Hook::COUNT }>;
+/// What this library hands back.
+type Body = abi::Body<{ Hook::COUNT }>;
 
 /// The front, once attached (it lives as long as the process: it is the preloaded object,
 /// or one loaded RTLD_GLOBAL, and keeps this library mapped RTLD_NODELETE).
@@ -87,8 +61,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
         let Some(f) = (unsafe { front.as_ref() }) else {
             return 1;
         };
-        if f.abi != ABI || f.size as usize != size_of::<Front>() || f.hooks as usize != Hook::COUNT
-        {
+        if !f.matches() {
             return 1;
         }
         if body.is_null() {
@@ -96,8 +69,8 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
         }
         FRONT.store(front.cast_mut(), Ordering::Release);
         let out = Body {
-            abi: ABI,
-            size: size_of::<Body>() as u32,
+            abi: abi::ABI,
+            size: Body::SIZE,
             hooks: Hook::COUNT as u32,
             reserved: 0,
             lookup: crate::dlsym::lookup,
@@ -111,30 +84,27 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
     .unwrap_or(1)
 }
 
+// The front calls this through `abi::AttachFn`: the compiler checks that they agree.
+const _: abi::AttachFn<{ Hook::COUNT }> = rmcp_shim_attach;
+
 /// The front's export for `hook`: what a caller is handed in place of a runtime's function.
 /// Without a front (unit tests), this library's own entry.
 pub(crate) fn export(hook: Hook) -> usize {
     get().map_or_else(
         || crate::exports::entry(hook) as usize,
-        |f| f.exports[hook.index()] as usize,
+        |f| f.exports[hook.index()].0 as usize,
     )
 }
 
 /// glibc's dlsym, for the shim's own lookups on handles.
 pub(crate) fn glibc_dlsym() -> DlsymFn {
-    match get() {
-        Some(f) => f.glibc_dlsym,
-        None => libc::dlsym,
-    }
+    get().and_then(Front::glibc_dlsym).unwrap_or(libc::dlsym)
 }
 
 /// The dlsym after the shim (another wrapper's, or glibc's): what a lookup reaches
 /// without the shim.
 pub(crate) fn next_dlsym() -> DlsymFn {
-    match get() {
-        Some(f) => f.next_dlsym,
-        None => libc::dlsym,
-    }
+    get().and_then(Front::next_dlsym).unwrap_or(libc::dlsym)
 }
 
 /// `name`'s next definition after the shim in the global search order (glibc's
@@ -160,21 +130,16 @@ pub(crate) fn thread_block() -> Option<*mut u64> {
     unsafe {
         core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags));
     }
-    Some(tp.wrapping_add_signed(f.thread_offset) as *mut u64)
+    Some(tp.wrapping_add(f.thread_offset.load(Ordering::Relaxed)) as *mut u64)
 }
 
 /// A pointer inside the front, for "is this handle the shim's own" (dladdr on it).
 pub(crate) fn own_object_address() -> Option<usize> {
-    get().map(|f| f.dlsym_export as usize)
+    get().map(|f| f.dlsym_export.0 as usize)
 }
 
 /// What descriptor 2 was when the front was loaded: Some(Some((dev, ino))) when open,
 /// Some(None) when closed, None without a front.
 pub(crate) fn stderr_at_load() -> Option<Option<(u64, u64)>> {
-    let f = get()?;
-    match f.stderr_state {
-        1 => Some(Some((f.stderr_dev, f.stderr_ino))),
-        2 => Some(None),
-        _ => None,
-    }
+    get()?.stderr_at_load()
 }

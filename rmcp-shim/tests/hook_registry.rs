@@ -1,4 +1,4 @@
-//! The preloaded library (the front, `front/front.c`) exports exactly the names of the hook
+//! The preloaded library (the front, `front/front.rs`) exports exactly the names of the hook
 //! registry, `dlsym` and the one plain function `rmcp_shim_stats`, nothing more (build.rs
 //! generates the front's list from the table; only the linked result can show the
 //! compiler and linker did their part), and the comparison catches a difference.
@@ -8,7 +8,7 @@ use std::path::Path;
 
 use rmcp_testkit as kit;
 
-/// The exports that hook nothing (`front/front.c`).
+/// The exports that hook nothing (`front/front.rs`).
 const PLAIN_EXPORTS: &[&str] = &["rmcp_shim_stats"];
 
 /// `-name` for a registry name the library lacks, `+name` for an export the registry lacks.

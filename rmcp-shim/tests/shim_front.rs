@@ -1,4 +1,4 @@
-//! The two objects (issue 17): the preloaded librmcp_shim.so (front/front.c) finds its body
+//! The two objects (issue 17): the preloaded librmcp_shim.so (front/front.rs) finds its body
 //! beside itself and maps it on the first hooked call; without it, every call still goes
 //! where it would have gone without the shim. The zero-cost side (no body mapped in a
 //! process that never calls HIP) is in shim_safety.rs and shim_transparency.rs.
@@ -152,6 +152,91 @@ fn the_body_exports_only_the_attach() {
     // And the front links nothing but libc: no libgcc_s, no libdl, no Rust runtime.
     let needed = needed(&front);
     assert_eq!(needed, ["libc.so.6"], "{}", front.display());
+}
+
+/// The front is `no_std` with `panic = "abort"` (issue 21): it needs nothing of libc but
+/// the functions front/sys.rs declares, no unwinder and no Rust runtime, and no code in it
+/// can reach the panic handler: build.rs links it without `core`, so any panic path would
+/// have failed the build; this checks the object that came out.
+#[test]
+fn the_front_carries_no_panic_or_unwind_machinery() {
+    let (front, _) = front_and_body();
+    let allowed = [
+        "bcmp", "memcmp", "memcpy", "memmove", "memset", "strlen", "getenv", "realpath", "dlopen",
+        "dlvsym", "dladdr", "dlclose", "dlerror",
+    ];
+    let undefined = tool(
+        &["nm", "-D", "--undefined-only", "--without-symbol-versions"],
+        &front,
+    );
+    let names: Vec<&str> = undefined
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert!(
+        !names.is_empty(),
+        "nm listed nothing for {}",
+        front.display()
+    );
+    let unexpected: Vec<&&str> = names.iter().filter(|n| !allowed.contains(n)).collect();
+    assert!(unexpected.is_empty(), "the front needs {unexpected:?}");
+
+    // The static symbol table: the panic handler is the only panic symbol, nothing of the
+    // unwinder or of core's panicking module is there.
+    let symbols = tool(&["nm"], &front);
+    let handler: Vec<&str> = symbols
+        .lines()
+        .filter(|l| l.contains("rust_begin_unwind"))
+        .collect();
+    assert_eq!(handler.len(), 1, "{symbols}");
+    for bad in [
+        "panicking",
+        "panic_bounds_check",
+        "_Unwind_",
+        "eh_personality",
+        "__rust_",
+    ] {
+        assert!(!symbols.contains(bad), "{bad} in the front:\n{symbols}");
+    }
+    // And no instruction calls or jumps to the handler.
+    let handler_name = handler[0].split_whitespace().last().unwrap();
+    let code = tool(&["objdump", "-d", "--no-show-raw-insn"], &front);
+    let label = format!("<{handler_name}>:");
+    let uses: Vec<&str> = code
+        .lines()
+        .filter(|l| l.contains(handler_name) && !l.contains(&label))
+        .collect();
+    assert!(code.contains(&label), "objdump shows no handler:\n{code}");
+    assert!(uses.is_empty(), "the panic handler is reachable: {uses:?}");
+    // Nor does any data point at it (every pointer the front stores is a relative
+    // relocation, whose addend is the address).
+    let address = handler[0]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_start_matches('0');
+    let relocs = tool(&["readelf", "-r", "-W"], &front);
+    assert!(
+        !relocs
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(address)),
+        "a relocation points at the panic handler:\n{relocs}"
+    );
+}
+
+/// The standard output of a binutils tool run on `so`.
+fn tool(cmd: &[&str], so: &Path) -> String {
+    let out = std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .arg(so)
+        .output()
+        .unwrap_or_else(|e| panic!("{} (binutils): {e}", cmd[0]));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// DT_NEEDED entries of a library, from readelf.

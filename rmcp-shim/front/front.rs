@@ -1,0 +1,489 @@
+//! librmcp_shim.so, the object LD_PRELOAD loads: the shim's exports and nothing else.
+//!
+//! Why it is separate from the body (issue 17, docs/design.md "Two objects"): LD_PRELOAD
+//! reaches every process of a tree, and a Rust std library costs about five times an empty
+//! C library to start (libgcc_s to find and map, about 1,350 relocations, std's
+//! initialisers). This object is what every process pays for: `no_std`, `panic = "abort"`,
+//! no allocator, no dependency but libc, a few relocations, one fstat(2) at load. build.rs
+//! compiles it with the `rustc` and linker cargo uses for the target, outside cargo's crate
+//! graph (cargo sets the panic strategy per profile, not per crate). The shim itself,
+//! librmcp_shim_body.so (the crate's library), is mapped next to it only when a process
+//! first calls a hooked HIP function, or looks one up that a runtime in the process
+//! defines. A process that never touches HIP never maps it.
+//!
+//! What is here:
+//! - one export per row of the hook table (`rmcp_sys::hooked_functions!`, included from
+//!   rmcp-sys, so the lists cannot drift): `jmp *ENTRIES[i]`. Until the body is attached,
+//!   `ENTRIES[i]` is a stub that saves the arguments, attaches the body and goes on to the
+//!   body's function with the stack as the caller left it (the body reads the caller's
+//!   return address at [rsp]). After that, a hooked call costs one indirect jump here.
+//! - `rmcp_shim_stats`, the counters as JSON (for Python's `rmcp_rdna.stats()`), from the
+//!   body, which it attaches if need be.
+//! - `dlsym`: a lookup that is not for a hooked name (anything not starting "hip" first, by
+//!   three byte compares) or on RTLD_NEXT leaves by a jump to the next dlsym, so it answers
+//!   as without the shim. A hooked name goes to the body's `lookup` when the body is
+//!   attached; before that, when the answer without the shim is NULL (a presence probe in a
+//!   process without HIP), the answer is NULL and nothing is loaded; otherwise the body is
+//!   attached first.
+//! - what the body needs from the object the process preloaded (`abi::Front`): glibc's
+//!   dlsym, the next dlsym after this object, `dlsym(RTLD_NEXT)` from this object's place in
+//!   the search order, the address of each export, the thread-state block (initial-exec
+//!   TLS, so that access from the lazily mapped body never allocates), and what descriptor 2
+//!   was at load.
+//!
+//! If the body cannot be mapped (the file is missing, ABI mismatch, no memory), every call
+//! still goes where it would have gone without the shim, unchanged: the next definition
+//! after this object, else the caller's own dependency tree, else
+//! hipErrorSharedObjectSymbolNotFound; one line says so on stderr (not with RMCP_LOG=off).
+//!
+//! No panic can happen here: nothing indexes without `get`, no arithmetic can overflow, and
+//! build.rs links this crate's object alone, without `core`'s compiled code, so a panic path
+//! left in it would be an undefined reference to `core::panicking` and fail the build. The
+//! panic handler exists because `no_std` requires one; it traps and cannot unwind.
+//!
+//! Nothing here may call a function this object exports through the PLT: `dlsym` would
+//! reach this object's own. glibc's is found with dlvsym, which the object does not export.
+//! glibc reads dlsym's return address to tell what RTLD_NEXT is after, so the calls that
+//! mean "after this object" must be real calls from here, never tail jumps
+//! (`next_after_front`).
+
+#![no_std]
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+compile_error!("the front is written for x86-64 Linux only");
+
+// What only the body reads of the shared definition is unused here.
+#[allow(dead_code)]
+mod abi;
+mod body;
+mod sys;
+
+use core::ffi::{CStr, c_char, c_void};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use abi::{Addr, DlsymFn, Front};
+
+include!("../../rmcp-sys/src/hooks.rs");
+
+/// hipErrorSharedObjectSymbolNotFound.
+const ERROR_SYMBOL_NOT_FOUND: i32 = 302;
+
+/// The hooks, their count, their names and the exports' assembly, from the table's rows.
+macro_rules! front_hooks {
+    ($(
+        $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
+        => out: $out:expr, size: $size:expr, flags: $flags:expr
+        $(, resolves $sym:ident into $pfn:ident)?
+        $(, host location in $prop:ident)? ;
+    )*) => {
+        /// The hooks in the table's order (the body's `Hook` order).
+        #[derive(Clone, Copy)]
+        #[repr(u32)]
+        #[allow(clippy::enum_variant_names)]
+        enum Hook { $( $variant, )* }
+
+        /// How many hooks there are.
+        const HOOKS: usize = [$( Hook::$variant ),*].len();
+
+        /// Each hook's name, NUL-terminated.
+        static NAMES: [&[u8]; HOOKS] = [$( concat!(stringify!($name), "\0").as_bytes() ),*];
+
+        // Each export: one indirect jump through its slot of ENTRIES. Each stub: the hook's
+        // index in eax (no hook is variadic, so al carries nothing), then the common path.
+        // `rmcp_front_own_<name>` is a hidden alias of the export, so that the address the
+        // body is handed is this object's, whatever else in the process has the same name.
+        $(
+            core::arch::global_asm!(
+                ".pushsection .text",
+                concat!(".globl ", stringify!($name)),
+                concat!(".type ", stringify!($name), ", @function"),
+                ".p2align 4",
+                concat!(stringify!($name), ":"),
+                "jmp qword ptr [rip + {entries} + {offset}]",
+                concat!(".size ", stringify!($name), ", . - ", stringify!($name)),
+                concat!(".globl rmcp_front_own_", stringify!($name)),
+                concat!(".hidden rmcp_front_own_", stringify!($name)),
+                concat!(".set rmcp_front_own_", stringify!($name), ", ", stringify!($name)),
+                concat!(".globl rmcp_front_stub_", stringify!($name)),
+                concat!(".hidden rmcp_front_stub_", stringify!($name)),
+                concat!(".type rmcp_front_stub_", stringify!($name), ", @function"),
+                concat!("rmcp_front_stub_", stringify!($name), ":"),
+                "mov eax, {index}",
+                "jmp rmcp_front_first_call",
+                concat!(".size rmcp_front_stub_", stringify!($name), ", . - rmcp_front_stub_", stringify!($name)),
+                ".popsection",
+                entries = sym ENTRIES,
+                offset = const (Hook::$variant as usize) * size_of::<usize>(),
+                index = const Hook::$variant as u32,
+            );
+        )*
+
+        /// The exports' own addresses and the stubs (assembly labels above).
+        #[allow(non_upper_case_globals)]
+        mod labels {
+            pub(crate) mod own {
+                unsafe extern "C" {
+                    $( #[link_name = concat!("rmcp_front_own_", stringify!($name))]
+                    pub(crate) static $name: u8; )*
+                }
+            }
+            pub(crate) mod stub {
+                unsafe extern "C" {
+                    $( #[link_name = concat!("rmcp_front_stub_", stringify!($name))]
+                    pub(crate) static $name: u8; )*
+                }
+            }
+        }
+
+        /// Where each export jumps: its stub until the body is attached, then the body's
+        /// entry (or, without a body, the function the caller would have reached).
+        static ENTRIES: [AtomicPtr<c_void>; HOOKS] =
+            [$( AtomicPtr::new((&raw const labels::stub::$name).cast_mut().cast()) ),*];
+
+        /// What the body is handed.
+        static FRONT: Front<HOOKS> = Front {
+            abi: abi::ABI,
+            size: Front::<HOOKS>::SIZE,
+            hooks: HOOKS as u32,
+            stderr_state: AtomicU32::new(0),
+            stderr_dev: AtomicU64::new(0),
+            stderr_ino: AtomicU64::new(0),
+            glibc_dlsym: AtomicUsize::new(0),
+            next_dlsym: AtomicUsize::new(0),
+            next: next_after_front,
+            dlsym_export: Addr((&raw const OWN_DLSYM).cast()),
+            thread_offset: AtomicUsize::new(0),
+            exports: [$( Addr((&raw const labels::own::$name).cast()) ),*],
+        };
+    };
+}
+
+hooked_functions!(front_hooks);
+
+unsafe extern "C" {
+    #[link_name = "rmcp_front_own_dlsym"]
+    static OWN_DLSYM: u8;
+}
+
+// The common path of the stubs: the six argument registers saved, `resolve(index, the
+// caller's return address)` gives the function to go on to, the registers come back and the
+// stack is as the caller left it. Entry: rsp = 8 mod 16; six pushes and 8 bytes align the
+// call.
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".globl rmcp_front_first_call",
+    ".hidden rmcp_front_first_call",
+    ".type rmcp_front_first_call, @function",
+    "rmcp_front_first_call:",
+    "push rdi",
+    "push rsi",
+    "push rdx",
+    "push rcx",
+    "push r8",
+    "push r9",
+    "sub rsp, 8",
+    "mov edi, eax",
+    "mov rsi, qword ptr [rsp + 56]",
+    "call {resolve}",
+    "add rsp, 8",
+    "pop r9",
+    "pop r8",
+    "pop rcx",
+    "pop rdx",
+    "pop rsi",
+    "pop rdi",
+    "jmp rax",
+    ".size rmcp_front_first_call, . - rmcp_front_first_call",
+    ".popsection",
+    resolve = sym resolve,
+);
+
+// dlsym. The fast way out is for names that do not start "hip" and for RTLD_NEXT
+// ((void *)-1): a jump to the next dlsym, so that it (and an audit module) sees the original
+// caller. A "hip" name asks `route(handle, name, return address)`, which gives the function
+// to go on to with (handle, name, return address).
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".globl dlsym",
+    ".type dlsym, @function",
+    ".p2align 4",
+    "dlsym:",
+    "test rsi, rsi",
+    "jz .Lrmcp_dlsym_next",
+    "cmp rdi, -1",
+    "je .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi], 0x68", // h
+    "jne .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi + 1], 0x69", // i
+    "jne .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi + 2], 0x70", // p
+    "jne .Lrmcp_dlsym_next",
+    "push rdi",
+    "push rsi",
+    "sub rsp, 8",
+    "mov rdx, qword ptr [rsp + 24]",
+    "call {route}",
+    "add rsp, 8",
+    "pop rsi",
+    "pop rdi",
+    "mov rdx, qword ptr [rsp]",
+    "jmp rax",
+    ".Lrmcp_dlsym_next:",
+    "mov rax, qword ptr [rip + {front} + {next_dlsym}]",
+    "test rax, rax",
+    "jz .Lrmcp_dlsym_find",
+    "jmp rax",
+    ".Lrmcp_dlsym_find:",
+    "push rdi",
+    "push rsi",
+    "sub rsp, 8",
+    "call {find_next}",
+    "add rsp, 8",
+    "pop rsi",
+    "pop rdi",
+    "jmp rax",
+    ".size dlsym, . - dlsym",
+    ".globl rmcp_front_own_dlsym",
+    ".hidden rmcp_front_own_dlsym",
+    ".set rmcp_front_own_dlsym, dlsym",
+    ".popsection",
+    route = sym route,
+    find_next = sym find_next_dlsym,
+    front = sym FRONT,
+    next_dlsym = const core::mem::offset_of!(Front<HOOKS>, next_dlsym),
+);
+
+// The body's per-thread state (`thread::ThreadState`, 8 bytes; 16 reserved). Initial-exec:
+// part of the static TLS block every thread gets at creation, so no access allocates.
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".globl rmcp_front_thread_state",
+    ".hidden rmcp_front_thread_state",
+    ".type rmcp_front_thread_state, @object",
+    ".size rmcp_front_thread_state, 16",
+    "rmcp_front_thread_state:",
+    ".zero 16",
+    ".popsection",
+);
+
+/// The front's initialiser, run by the loader when it maps the object.
+extern "C" fn init() {
+    body::record_stderr();
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = init;
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // Unreachable by construction (see the top): a trap, never an unwind.
+    // SAFETY: `ud2` raises SIGILL and does not return.
+    unsafe { core::arch::asm!("ud2", options(noreturn, nomem, nostack)) }
+}
+
+// ---- glibc's dlsym and the next one -----------------------------------------------------
+
+extern "C" fn not_found(_: *mut c_void, _: *const c_char) -> *mut c_void {
+    core::ptr::null_mut()
+}
+
+/// glibc's dlsym: at GLIBC_2.34 in libc since 2.34, at GLIBC_2.2.5 in libdl before; a
+/// function that finds nothing when the process has no glibc loader.
+fn glibc_dlsym() -> DlsymFn {
+    if let Some(f) = FRONT.glibc_dlsym() {
+        return f;
+    }
+    let mut p = core::ptr::null_mut();
+    if let Some(dlvsym) = sys::dlvsym_fn() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: NUL-terminated strings; dlvsym only reads them.
+            p = unsafe { dlvsym(sys::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+    }
+    let f = if p.is_null() {
+        not_found as *const () as usize
+    } else {
+        p as usize
+    };
+    FRONT.glibc_dlsym.store(f, Ordering::Release);
+    FRONT.glibc_dlsym().unwrap_or(not_found)
+}
+
+/// dlsym(RTLD_NEXT, name) from this object: the next definition after it in the search
+/// order. A real call, never a tail jump (the result is kept past it), so that glibc sees
+/// this object as the caller.
+#[inline(never)]
+unsafe extern "C" fn next_after_front(name: *const c_char) -> *mut c_void {
+    // SAFETY: `name` is NUL-terminated (the callers' contract); dlsym only reads it.
+    let p = unsafe { glibc_dlsym()(sys::RTLD_NEXT, name) };
+    core::hint::black_box(p)
+}
+
+/// The next dlsym after this object (a wrapper preloaded after the shim, or glibc's).
+extern "C" fn find_next_dlsym() -> usize {
+    let known = FRONT.next_dlsym.load(Ordering::Acquire);
+    if known != 0 {
+        return known;
+    }
+    // SAFETY: a NUL-terminated name.
+    let mut p = unsafe { next_after_front(c"dlsym".as_ptr()) } as usize;
+    if p == 0 {
+        p = glibc_dlsym() as usize;
+    }
+    FRONT.next_dlsym.store(p, Ordering::Release);
+    p
+}
+
+/// Fills what the body reads from `FRONT` that is not known before the process runs.
+fn prepare_front() {
+    glibc_dlsym();
+    find_next_dlsym();
+    let offset: usize;
+    // SAFETY: loads the GOT slot holding the thread-state block's offset from the thread
+    // pointer (initial-exec TLS); no other effect.
+    unsafe {
+        core::arch::asm!(
+            "mov {o}, qword ptr [rip + rmcp_front_thread_state@GOTTPOFF]",
+            o = out(reg) offset,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    FRONT.thread_offset.store(offset, Ordering::Release);
+}
+
+// ---- where calls and lookups go ----------------------------------------------------------
+
+/// `name` in the dependency tree of the object holding `ret`, never this object's own
+/// export: a handle from dlopen(RTLD_NOLOAD) of the object's name, released at once.
+fn in_callers_tree(ret: usize, name: *const c_char, own: *const c_void) -> *mut c_void {
+    let Some(loader) = sys::loader() else {
+        return core::ptr::null_mut();
+    };
+    let mut info = sys::DlInfo {
+        dli_fname: core::ptr::null(),
+        dli_fbase: core::ptr::null_mut(),
+        dli_sname: core::ptr::null(),
+        dli_saddr: core::ptr::null_mut(),
+    };
+    // SAFETY: dladdr reads the loader's tables and fills `info`; `ret` is only compared.
+    if unsafe { (loader.dladdr)(ret as *const c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+        // SAFETY: dli_fname is a NUL-terminated string (checked non-null).
+        || unsafe { *info.dli_fname } == 0
+    {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: a NUL-terminated file name from the loader; RTLD_NOLOAD maps nothing new.
+    let h = unsafe { (loader.dlopen)(info.dli_fname, sys::RTLD_LAZY | sys::RTLD_NOLOAD) };
+    if h.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: a live handle and a NUL-terminated name; then the reference dlopen took is
+    // given back.
+    let p = unsafe {
+        let p = glibc_dlsym()(h, name);
+        (loader.dlclose)(h);
+        p
+    };
+    if p.cast_const() == own {
+        core::ptr::null_mut()
+    } else {
+        p
+    }
+}
+
+extern "C" fn unavailable() -> i32 {
+    ERROR_SYMBOL_NOT_FOUND
+}
+
+/// Where hook `hook`, called from `ret`, goes: the body's function once attached;
+/// otherwise what the caller would have reached without the shim.
+extern "C" fn resolve(hook: u32, ret: usize) -> *mut c_void {
+    let (Some(slot), Some(name), Some(own)) = (
+        ENTRIES.get(hook as usize),
+        NAMES.get(hook as usize),
+        FRONT.exports.get(hook as usize),
+    ) else {
+        return unavailable as *mut c_void;
+    };
+    if body::attach() {
+        return slot.load(Ordering::Acquire);
+    }
+    // SAFETY: a NUL-terminated name from NAMES.
+    let p = unsafe { next_after_front(name.as_ptr().cast()) };
+    if !p.is_null() {
+        // The same for every caller: keep it.
+        slot.store(p, Ordering::Release);
+        return p;
+    }
+    let p = in_callers_tree(ret, name.as_ptr().cast(), own.0);
+    if p.is_null() {
+        unavailable as *mut c_void
+    } else {
+        p
+    }
+}
+
+extern "C" fn answer_null(_: *mut c_void, _: *const c_char) -> *mut c_void {
+    core::ptr::null_mut()
+}
+
+/// Which function a "hip" lookup goes on to, called with (handle, name, return address).
+extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> *mut c_void {
+    // SAFETY: dlsym's contract: `name` is a NUL-terminated string (non-null: the assembly
+    // checked).
+    let wanted = unsafe { CStr::from_ptr(name) }.to_bytes_with_nul();
+    let Some(hook) = NAMES.iter().position(|n| *n == wanted) else {
+        return find_next_dlsym() as *mut c_void;
+    };
+    if let Some(lookup) = body::lookup() {
+        return lookup as *mut c_void;
+    }
+    if body::failed() {
+        return find_next_dlsym() as *mut c_void;
+    }
+    // The answer without the shim: on a handle, the next dlsym's (unless that is this
+    // object's export); on RTLD_DEFAULT, the global scope after this object, then the
+    // caller's own tree. NULL there means no runtime defines the name for this caller.
+    let own = FRONT.exports.get(hook).map_or(core::ptr::null(), |a| a.0);
+    // SAFETY: find_next_dlsym returns a function with dlsym's signature.
+    let next = unsafe { core::mem::transmute::<usize, DlsymFn>(find_next_dlsym()) };
+    // SAFETY: the caller's handle and name, as it passed them to dlsym.
+    let mut found = unsafe { next(handle, name) };
+    if found.is_null() {
+        return answer_null as *mut c_void;
+    }
+    if found.cast_const() == own {
+        // SAFETY: a NUL-terminated name.
+        found = unsafe { next_after_front(name) };
+        if found.is_null() && handle == sys::RTLD_DEFAULT {
+            found = in_callers_tree(ret, name, own);
+        }
+        if found.is_null() {
+            return answer_null as *mut c_void;
+        }
+    }
+    if body::attach() {
+        if let Some(lookup) = body::lookup() {
+            return lookup as *mut c_void;
+        }
+    }
+    find_next_dlsym() as *mut c_void
+}
+
+/// `size_t rmcp_shim_stats(char *buf, size_t len)`: this process's counters as JSON, for
+/// `rmcp_rdna.stats()` (the body's `exports::stats` says the contract). An explicit
+/// request, so it attaches the body if no hooked call has yet; 0 when the body cannot be
+/// attached.
+#[unsafe(no_mangle)]
+pub extern "C" fn rmcp_shim_stats(buf: *mut c_char, len: usize) -> usize {
+    if !body::attach() {
+        return 0;
+    }
+    body::stats().map_or(0, |f| f(buf, len))
+}

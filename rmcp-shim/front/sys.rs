@@ -1,0 +1,272 @@
+//! What the front needs from the system, declared here and nowhere else: the loader's
+//! functions (weak references), `getenv` and `realpath` from libc, and four system calls
+//! made directly (`openat`, `read`, `write`, `close`, `fstat`), so that the front's one
+//! dependency is libc.so.6 and it names no libc symbol newer than glibc 2.3 (the wheel
+//! links against glibc 2.28, where `fstat` is not yet a symbol).
+//!
+//! The loader functions are weak undefined references: built against glibc 2.34 or later
+//! (cargo on this project's machines) they are libc's; built against older glibc (the
+//! wheel: manylinux_2_28, through zig) they live in libdl.so.2, which a weak reference does
+//! not make a dependency. The front then binds them to whichever object defines them when
+//! the process starts (libc.so.6 on glibc 2.34+, the libdl.so.2 that every program that can
+//! dlopen, and every HIP runtime, links before that); where none does, they are null and
+//! the front says it cannot load its body. Their addresses are read from the GOT in
+//! assembly: to the compiler a function's address is never null, and it would fold a test.
+//!
+//! Also the few string operations the front needs, on bytes, never panicking.
+
+use core::ffi::{c_char, c_int, c_void};
+
+/// `Dl_info` (dlfcn.h).
+#[repr(C)]
+pub struct DlInfo {
+    pub dli_fname: *const c_char,
+    pub dli_fbase: *mut c_void,
+    pub dli_sname: *const c_char,
+    pub dli_saddr: *mut c_void,
+}
+
+pub const RTLD_LAZY: c_int = 0x1;
+pub const RTLD_NOW: c_int = 0x2;
+pub const RTLD_NOLOAD: c_int = 0x4;
+pub const RTLD_NODELETE: c_int = 0x1000;
+/// `RTLD_NEXT`, `(void *)-1`.
+pub const RTLD_NEXT: *mut c_void = usize::MAX as *mut c_void;
+/// `RTLD_DEFAULT`, `(void *)0`.
+pub const RTLD_DEFAULT: *mut c_void = core::ptr::null_mut();
+/// `PATH_MAX`.
+pub const PATH_MAX: usize = 4096;
+
+pub type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
+pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
+pub type DladdrFn = unsafe extern "C" fn(*const c_void, *mut DlInfo) -> c_int;
+pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub type DlerrorFn = unsafe extern "C" fn() -> *const c_char;
+
+unsafe extern "C" {
+    fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
+    fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
+    fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+    fn dlclose(handle: *mut c_void) -> c_int;
+    fn dlerror() -> *const c_char;
+    pub fn getenv(name: *const c_char) -> *const c_char;
+    pub fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char;
+}
+
+core::arch::global_asm!(
+    ".weak dlopen",
+    ".weak dlvsym",
+    ".weak dladdr",
+    ".weak dlclose",
+    ".weak dlerror"
+);
+
+/// The address a weak reference resolved to (0 when nothing defines it), read from the GOT.
+macro_rules! weak_address {
+    ($f:ident) => {{
+        let p: usize;
+        // SAFETY: loads one word, the GOT slot the linker made for `$f`; no other effect.
+        unsafe {
+            core::arch::asm!(
+                "mov {p}, qword ptr [rip + {f}@GOTPCREL]",
+                p = out(reg) p,
+                f = sym $f,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+        }
+        p
+    }};
+}
+
+/// The loader's functions the front calls, when the process has them all (and `dlvsym`).
+#[derive(Clone, Copy)]
+pub struct Loader {
+    pub dlopen: DlopenFn,
+    pub dladdr: DladdrFn,
+    pub dlclose: DlcloseFn,
+    pub dlerror: DlerrorFn,
+}
+
+/// The loader's functions, or None when one of them is defined by no object in the process.
+pub fn loader() -> Option<Loader> {
+    let addrs = [
+        weak_address!(dlopen),
+        weak_address!(dladdr),
+        weak_address!(dlclose),
+        weak_address!(dlerror),
+    ];
+    if addrs.contains(&0) || dlvsym_fn().is_none() {
+        return None;
+    }
+    // SAFETY: each address is non-null and is the definition the loader bound to the
+    // declaration above, which has the C signature of glibc's function of that name; a
+    // function pointer and a `usize` have the same size and representation here.
+    unsafe {
+        use core::mem::transmute;
+        Some(Loader {
+            dlopen: transmute::<usize, DlopenFn>(addrs[0]),
+            dladdr: transmute::<usize, DladdrFn>(addrs[1]),
+            dlclose: transmute::<usize, DlcloseFn>(addrs[2]),
+            dlerror: transmute::<usize, DlerrorFn>(addrs[3]),
+        })
+    }
+}
+
+/// Just `dlvsym`, for finding glibc's dlsym.
+pub fn dlvsym_fn() -> Option<DlvsymFn> {
+    let p = weak_address!(dlvsym);
+    // SAFETY: as in `loader`.
+    (p != 0).then(|| unsafe { core::mem::transmute::<usize, DlvsymFn>(p) })
+}
+
+// ---- system calls (x86-64 Linux numbers) --------------------------------------------------
+
+const SYS_READ: usize = 0;
+const SYS_WRITE: usize = 1;
+const SYS_CLOSE: usize = 3;
+const SYS_FSTAT: usize = 5;
+const SYS_OPENAT: usize = 257;
+const AT_FDCWD: isize = -100;
+const O_RDONLY_CLOEXEC: usize = 0o2000000;
+
+/// A system call with three arguments; the kernel's return value (negative errno on error).
+///
+/// # Safety
+/// The arguments are what system call `nr` expects; memory they point to is valid for it.
+unsafe fn syscall3(nr: usize, a: usize, b: usize, c: usize) -> isize {
+    let ret: isize;
+    // SAFETY: the `syscall` instruction clobbers rcx and r11 (declared) and touches only
+    // the memory the caller's arguments describe (the caller's contract).
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// `struct stat` on x86-64 (144 bytes); only `st_dev` and `st_ino` are read.
+#[repr(C)]
+struct Stat {
+    st_dev: u64,
+    st_ino: u64,
+    rest: [u64; 16],
+}
+
+/// (dev, ino) of descriptor `fd`, or None when it is not open.
+pub fn fstat_id(fd: c_int) -> Option<(u64, u64)> {
+    let mut st = Stat {
+        st_dev: 0,
+        st_ino: 0,
+        rest: [0; 16],
+    };
+    // SAFETY: fstat writes one `struct stat` (144 bytes on x86-64) to the pointer.
+    let r = unsafe { syscall3(SYS_FSTAT, fd as usize, (&raw mut st) as usize, 0) };
+    (r == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Writes as much of `buf` as one `write(2)` takes, to `fd`; the result is not needed.
+pub fn write(fd: c_int, buf: &[u8]) {
+    // SAFETY: `buf` is valid for reads of its length.
+    unsafe { syscall3(SYS_WRITE, fd as usize, buf.as_ptr() as usize, buf.len()) };
+}
+
+/// `openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC)`: the descriptor, or None.
+pub fn open_read(path: &core::ffi::CStr) -> Option<c_int> {
+    // SAFETY: `path` is NUL-terminated and valid for reads.
+    let r = unsafe {
+        syscall3(
+            SYS_OPENAT,
+            AT_FDCWD as usize,
+            path.as_ptr() as usize,
+            O_RDONLY_CLOEXEC,
+        )
+    };
+    (r >= 0).then_some(r as c_int)
+}
+
+/// `read(2)` into `buf`: the byte count, 0 at the end, None on error.
+pub fn read(fd: c_int, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    let r = unsafe { syscall3(SYS_READ, fd as usize, buf.as_mut_ptr() as usize, buf.len()) };
+    (r >= 0).then_some(r as usize)
+}
+
+/// `close(2)`.
+pub fn close(fd: c_int) {
+    // SAFETY: closes a descriptor the front opened itself.
+    unsafe { syscall3(SYS_CLOSE, fd as usize, 0, 0) };
+}
+
+// ---- bytes -----------------------------------------------------------------------------------
+
+/// The bytes of the NUL-terminated string at `p` (without the NUL), or `&[]` for null.
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string that outlives the slice.
+pub unsafe fn c_bytes<'a>(p: *const c_char) -> &'a [u8] {
+    if p.is_null() {
+        return &[];
+    }
+    // SAFETY: the caller's contract: a NUL-terminated string.
+    unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes()
+}
+
+/// A fixed-size byte buffer that is filled from the front and never overflows: what does
+/// not fit is dropped, and `full` says so.
+pub struct Buf<const N: usize> {
+    pub bytes: [u8; N],
+    pub len: usize,
+    pub full: bool,
+}
+
+impl<const N: usize> Buf<N> {
+    pub const fn new() -> Self {
+        Buf {
+            bytes: [0; N],
+            len: 0,
+            full: false,
+        }
+    }
+
+    /// Appends `s`, or as much of it as fits.
+    pub fn push(&mut self, s: &[u8]) {
+        for &b in s {
+            match self.bytes.get_mut(self.len) {
+                Some(slot) => {
+                    *slot = b;
+                    self.len += 1;
+                }
+                None => {
+                    self.full = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// What was written.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or(&[])
+    }
+
+    /// What was written, NUL-terminated, when it fits with its NUL and holds no NUL.
+    pub fn as_c_str(&mut self) -> Option<&core::ffi::CStr> {
+        // Not `contains`: it calls core's memchr, which the front does not link (build.rs).
+        #[allow(clippy::manual_contains)]
+        if self.full || self.as_bytes().iter().any(|&b| b == 0) {
+            return None;
+        }
+        *self.bytes.get_mut(self.len)? = 0;
+        // SAFETY: the bytes up to `len` hold no NUL and the byte at `len` is one; the
+        // string borrows `self`.
+        Some(unsafe { core::ffi::CStr::from_ptr(self.bytes.as_ptr().cast()) })
+    }
+}
