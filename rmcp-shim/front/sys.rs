@@ -1,5 +1,5 @@
 //! What the front needs from the system, declared here and nowhere else: the loader's
-//! functions (weak references), `getenv` and `realpath` from libc, and four system calls
+//! functions (weak references), `getenv` and `realpath` from libc, and five system calls
 //! made directly (`openat`, `read`, `write`, `close`, `fstat`), so that the front's one
 //! dependency is libc.so.6 and it names no libc symbol newer than glibc 2.3 (the wheel
 //! links against glibc 2.28, where `fstat` is not yet a symbol).
@@ -49,9 +49,99 @@ unsafe extern "C" {
     fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
     fn dlclose(handle: *mut c_void) -> c_int;
     fn dlerror() -> *const c_char;
+    /// libc's `getenv`, bound lazily (below).
+    #[link_name = "rmcp_front_getenv"]
     pub fn getenv(name: *const c_char) -> *const c_char;
+    /// libc's `realpath`, bound lazily (below).
+    #[link_name = "rmcp_front_realpath"]
     pub fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char;
 }
+
+// What a process pays for at load is what the loader binds then. Rust calls external
+// functions through the GOT, which the loader fills at load, one symbol lookup each; C calls
+// them through the PLT, bound on first call. The front calls libc only on paths a process
+// without HIP never takes, so:
+// - `getenv` and `realpath` are reached through PLT jumps, bound on first use;
+// - the four functions the compiler itself calls (`memset`, `memmove`, `bcmp`, `strlen`)
+//   are defined here, hidden, so nothing binds them at all. They are plain string
+//   instructions: the front's uses are a few kilobytes at most, on cold paths.
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".globl rmcp_front_getenv",
+    ".hidden rmcp_front_getenv",
+    ".type rmcp_front_getenv, @function",
+    "rmcp_front_getenv:",
+    "jmp getenv@PLT",
+    ".globl rmcp_front_realpath",
+    ".hidden rmcp_front_realpath",
+    ".type rmcp_front_realpath, @function",
+    "rmcp_front_realpath:",
+    "jmp realpath@PLT",
+    // void *memset(void *d, int c, size_t n)
+    ".globl memset",
+    ".hidden memset",
+    ".type memset, @function",
+    // Eight bytes at a time, then the rest (valgrind counts each repetition of a string
+    // instruction, and the front zeroes a few page-sized buffers on its first call).
+    "memset:",
+    "mov r8, rdi",
+    "movzx eax, sil",
+    "mov r9, 0x0101010101010101",
+    "imul rax, r9",
+    "mov rcx, rdx",
+    "shr rcx, 3",
+    "rep stosq",
+    "mov rcx, rdx",
+    "and rcx, 7",
+    "rep stosb",
+    "mov rax, r8",
+    "ret",
+    // void *memmove(void *d, const void *s, size_t n): forwards unless d overlaps s from
+    // above, then backwards.
+    ".globl memmove",
+    ".hidden memmove",
+    ".type memmove, @function",
+    "memmove:",
+    "mov rax, rdi",
+    "mov rcx, rdx",
+    "cmp rdi, rsi",
+    "jbe 2f",
+    "lea r8, [rsi + rdx]",
+    "cmp rdi, r8",
+    "jae 2f",
+    "lea rdi, [rdi + rdx - 1]",
+    "lea rsi, [rsi + rdx - 1]",
+    "std",
+    "rep movsb",
+    "cld",
+    "ret",
+    "2:",
+    "rep movsb",
+    "ret",
+    // int bcmp(const void *a, const void *b, size_t n): 0 when equal.
+    ".globl bcmp",
+    ".hidden bcmp",
+    ".type bcmp, @function",
+    "bcmp:",
+    "xor eax, eax",
+    "mov rcx, rdx",
+    "repe cmpsb",
+    "setne al",
+    "ret",
+    // size_t strlen(const char *s)
+    ".globl strlen",
+    ".hidden strlen",
+    ".type strlen, @function",
+    "strlen:",
+    "mov rdx, rdi",
+    "xor eax, eax",
+    "mov rcx, -1",
+    "repne scasb",
+    "sub rdi, rdx",
+    "lea rax, [rdi - 1]",
+    "ret",
+    ".popsection",
+);
 
 core::arch::global_asm!(
     ".weak dlopen",
