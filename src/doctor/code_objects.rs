@@ -18,6 +18,7 @@ use rmcp_core::code_objects::{
     self as co, BundleFormat, FATBIN_SECTION, FatbinScan, ReadAt, TargetId, Verdict,
 };
 use rmcp_core::gfx::Gfx;
+use rmcp_core::remedy::{OverrideEffect, override_effect};
 use rmcp_core::topology::GpuNode;
 
 use super::files::io_error_text;
@@ -28,7 +29,7 @@ pub const SRC_NO_BINARY: &str = "https://github.com/ROCm/pytorch/issues/882";
 /// rocBLAS without Tensile files for gfx101x ("TensileLibrary.dat not found").
 pub const SRC_TENSILE: &str = "https://github.com/ROCm/rocBLAS/issues/1331";
 /// RX 5700: HSA_OVERRIDE_GFX_VERSION=10.3.0 crashes the card, 10.1.0 works.
-pub const SRC_OVERRIDE_RX5700: &str = "https://github.com/ROCm/legacy-rocm-build/issues/887";
+pub const SRC_OVERRIDE_RX5700: &str = rmcp_core::remedy::sources::ROCM_887;
 /// PyTorch uses hipBLASLt only on the architectures it lists, rocBLAS elsewhere.
 pub const SRC_HIPBLASLT: &str = "https://github.com/pytorch/pytorch/pull/128753";
 /// MIOpen's precompiled-kernel databases; without one it compiles kernels at first use.
@@ -670,19 +671,12 @@ impl Gpu {
     }
 }
 
-/// RDNA1 silicon running RDNA2 code: the override's known failure.
-fn rdna1_as_rdna2(real: Gfx, claimed: Gfx) -> bool {
-    real.major() == 10 && real.minor() == 1 && claimed.major() == 10 && claimed.minor() == 3
-}
-
 /// The status of running `claimed` code on `real` silicon through the override.
 fn override_status(real: Gfx, claimed: Gfx) -> Status {
-    if rdna1_as_rdna2(real, claimed) {
-        Status::Error
-    } else if real.major() == claimed.major() && real.minor() == claimed.minor() {
-        Status::Ok
-    } else {
-        Status::Warn
+    match override_effect(real, claimed) {
+        OverrideEffect::Rdna1AsRdna2 => Status::Error,
+        OverrideEffect::Same | OverrideEffect::SameFamily => Status::Ok,
+        OverrideEffect::OtherFamily | OverrideEffect::Unknown => Status::Warn,
     }
 }
 
