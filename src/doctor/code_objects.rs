@@ -18,11 +18,12 @@ use rmcp_core::code_objects::{
     self as co, BundleFormat, FATBIN_SECTION, FatbinScan, ReadAt, TargetId, Verdict,
 };
 use rmcp_core::gfx::Gfx;
-use rmcp_core::remedy::{OverrideEffect, override_effect};
+use rmcp_core::remedy::{Carries, OverrideEffect, advise, override_effect};
 use rmcp_core::topology::GpuNode;
 
 use super::files::io_error_text;
-use super::report::{Check, CodeFormat, CodeObjectRow, CodeVerdict, Finding, Status};
+use super::remedies;
+use super::report::{Check, CodeFormat, CodeObjectRow, CodeVerdict, Finding, Remedy, Status};
 
 /// A GPU build without the card's ISA: hipErrorNoBinaryForGpu on an RX 5700 XT (gfx1010).
 pub const SRC_NO_BINARY: &str = "https://github.com/ROCm/pytorch/issues/882";
@@ -731,6 +732,57 @@ fn short(v: Verdict, lib: &Library, gpu: &Gpu) -> String {
     }
 }
 
+/// What a group of libraries carries for the GPU, as the decision table wants it: the
+/// card's own code in all of them, another ISA of its family common to all, the override's
+/// code in all.
+fn carries(libs: &[&Library], gpu: &Gpu) -> Carries {
+    let libs: Vec<&&Library> = libs
+        .iter()
+        .filter(|l| l.format != CodeFormat::Kdb)
+        .collect();
+    if libs.is_empty() {
+        return Carries::default();
+    }
+    let real = gpu.gfx;
+    let family_of = |l: &Library| -> BTreeSet<Gfx> {
+        l.sets
+            .iter()
+            .flatten()
+            .filter_map(TargetId::gfx)
+            .filter(|g| *g != real && g.major() == real.major() && g.minor() == real.minor())
+            .collect()
+    };
+    let mut common = family_of(libs[0]);
+    for l in &libs[1..] {
+        let f = family_of(l);
+        common.retain(|g| f.contains(g));
+    }
+    let has = |l: &Library, g: Gfx| {
+        let sets: Vec<&[TargetId]> = l.sets.iter().map(Vec::as_slice).collect();
+        co::verdict(&sets, g, None) == Verdict::Present
+    };
+    Carries {
+        native: libs.iter().all(|l| native(l, gpu)),
+        same_family: common.into_iter().next(),
+        for_override: gpu
+            .override_gfx
+            .as_ref()
+            .is_some_and(|(o, _)| libs.iter().all(|l| has(l, *o))),
+    }
+}
+
+/// The remedy for a group of libraries that fail the GPU.
+fn remedy_for(libs: &[&Library], gpu: &Gpu) -> Remedy {
+    let over = gpu.override_gfx.as_ref();
+    let advice = advise(gpu.gfx, over.map(|(g, _)| *g), carries(libs, gpu));
+    remedies::for_advice(advice, gpu.gfx, over.map(|(_, t)| t.as_str())).unwrap_or_else(|| {
+        Remedy::new(format!(
+            "Use builds of these libraries that carry {} code.",
+            gpu.runtime_gfx()
+        ))
+    })
+}
+
 fn has_family_code(lib: &Library, gfx: Gfx, minor: u32) -> Option<Gfx> {
     lib.sets
         .iter()
@@ -752,6 +804,10 @@ pub fn findings(scanned: &Scanned, gpus: &[Gpu], out: &mut Vec<Finding>) -> Vec<
                 format!("{path}: its GPU code could not be read ({why}); the targets listed for it, if any, are those read before the problem."),
             )
             .source(SRC_BUNDLER)
+            .remedy(Remedy::new(
+                "Check that the file is complete and readable (an interrupted download or copy \
+                 leaves a truncated file); reinstall the package it belongs to.",
+            ))
             .with("path", path.clone()),
         );
     }
@@ -885,6 +941,10 @@ fn gpu_findings(
         ));
     }
     let mut summary = Finding::new(Check::CodeObjects, worst, text);
+    if worst >= Status::Warn {
+        let bad = of(&|l, _, s| l.format != CodeFormat::Kdb && s >= Status::Warn);
+        summary = summary.remedy(remedy_for(&bad, gpu));
+    }
     summary.details = libs
         .iter()
         .zip(verdicts)
@@ -907,6 +967,9 @@ fn gpu_findings(
             return;
         }
         let mut f = Finding::new(Check::CodeObjects, status, msg).source(src);
+        if status >= Status::Warn {
+            f = f.remedy(remedy_for(&group, gpu));
+        }
         f.details = group
             .iter()
             .map(|l| format!("{}: {}", l.label(), l.targets().join(", ")))

@@ -37,6 +37,7 @@ mod environment;
 mod files;
 mod gpus;
 mod overrides;
+mod remedies;
 mod render;
 mod report;
 mod runtimes;
@@ -125,6 +126,19 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
     environment::variables(nodes, &mut findings);
     driver::amdgpu_params(&roots.module, nodes, &mut findings);
     driver::device_access(&roots.dev, &rows, &mut findings);
+    // Every warn and error finding says what to do; ok findings never carry advice.
+    for f in &mut findings {
+        debug_assert!(
+            f.status < report::Status::Warn || f.remedy.is_some(),
+            "a {} {} finding without a remedy: {}",
+            f.status.as_str(),
+            f.check.as_str(),
+            f.message
+        );
+        if f.status == report::Status::Ok {
+            f.remedy = None;
+        }
+    }
     Report {
         version: build_info::VERSION.to_string(),
         commit: build_info::commit().to_string(),

@@ -12,7 +12,9 @@ use rmcp_core::topology::GpuNode;
 
 pub use rmcp_core::remedy::OverrideValue;
 
-use super::report::{Check, Finding, Status};
+use super::remedies;
+use super::report::{Check, Finding, Remedy, Status};
+use rmcp_core::remedy::Advice;
 
 /// RX 5700: HSA_OVERRIDE_GFX_VERSION=10.3.0 crashes the card, 10.1.0 works.
 pub const SRC_OVERRIDE_RX5700: &str = sources::ROCM_887;
@@ -80,6 +82,14 @@ pub fn gfx_overrides(
                     ),
                 )
                 .source(SRC_HSAKMT_TOPOLOGY)
+                .remedy(
+                    Remedy::new(format!(
+                        "Unset {name}, or use the KFD node number of the GPU it is meant for \
+                         (the node column of doctor's GPU table)."
+                    ))
+                    .command(format!("unset {name}"))
+                    .source(SRC_HSAKMT_TOPOLOGY),
+                )
                 .with("variable", name.clone())
                 .with("node", *n),
             );
@@ -139,7 +149,15 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
                  and HIP finds no usable GPU."
             ),
         )
-        .source(SRC_HSAKMT_TOPOLOGY);
+        .source(SRC_HSAKMT_TOPOLOGY)
+        .remedy(
+            Remedy::new(format!(
+                "Unset {name}, or give it as major.minor.stepping (10.3.0); for most cards it \
+                 is best left unset."
+            ))
+            .command(format!("unset {name}"))
+            .source(SRC_HSAKMT_TOPOLOGY),
+        );
     };
     let real = g.gfx;
     let claimed = ov.gfx();
@@ -152,7 +170,8 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
                 "{name}={value} applies to node {node}, whose real ISA is unknown, so doctor \
                  cannot tell whether {claimed} code can run on it."
             ),
-        ),
+        )
+        .remedy_opt(remedies::for_advice(Advice::Unknown, real, Some(value))),
         OverrideEffect::Rdna1AsRdna2 => Finding::new(
             Check::GfxOverride,
             Status::Error,
@@ -165,7 +184,8 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
         )
         .source(SRC_OVERRIDE_RX5700)
         .see_also(SRC_OVERRIDE_RX5500)
-        .see_also(SRC_OVERRIDE_DEBUG_AID),
+        .see_also(SRC_OVERRIDE_DEBUG_AID)
+        .remedy(unset_cross_family(name, real)),
         effect @ (OverrideEffect::Same | OverrideEffect::SameFamily) => {
             let detail = if effect == OverrideEffect::Same {
                 "it is the real ISA".to_string()
@@ -187,8 +207,31 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
                  not a workaround."
             ),
         )
-        .source(SRC_OVERRIDE_DEBUG_AID),
+        .source(SRC_OVERRIDE_DEBUG_AID)
+        .remedy(unset_cross_family(name, real)),
     }
+}
+
+/// Unset an override that makes the card run another family's code; which build to use
+/// instead is the `code-objects` and `pytorch` findings' to say, from what is installed.
+fn unset_cross_family(name: &str, real: rmcp_core::gfx::Gfx) -> Remedy {
+    let mut r = Remedy::new(format!(
+        "Unset {name}: it makes this {real} run another family's code, which rmcp cannot \
+         make safe. If the software then finds no {real} code, the code-objects and pytorch \
+         findings below say which build to use instead."
+    ))
+    .command(format!("unset {name}"));
+    if rmcp_core::remedy::family(real) == rmcp_core::remedy::Family::Rdna1
+        || rmcp_core::remedy::family(real) == rmcp_core::remedy::Family::Gfx1013
+    {
+        r = r
+            .source(sources::ROCM_887)
+            .source(sources::LLVM_AMDGPU_TD)
+            .checked();
+    } else {
+        r = r.source(SRC_OVERRIDE_DEBUG_AID);
+    }
+    r
 }
 
 #[cfg(test)]
