@@ -659,12 +659,12 @@ impl Gpu {
         }
     }
 
-    fn who(&self) -> String {
+    pub fn who(&self) -> String {
         format!("node {} ({})", self.node, self.gfx)
     }
 
     /// The ISA the runtime looks for.
-    fn runtime_gfx(&self) -> Gfx {
+    pub fn runtime_gfx(&self) -> Gfx {
         self.override_gfx
             .as_ref()
             .map(|(g, _)| *g)
@@ -769,6 +769,39 @@ fn carries(libs: &[&Library], gpu: &Gpu) -> Carries {
             .as_ref()
             .is_some_and(|(o, _)| libs.iter().all(|l| has(l, *o))),
     }
+}
+
+/// The libraries under any of `dirs` that carry code PyTorch needs (not the optional
+/// hipBLASLt, not MIOpen's databases).
+fn needed_under<'a>(scanned: &'a Scanned, dirs: &[PathBuf]) -> Vec<&'a Library> {
+    scanned
+        .libraries
+        .iter()
+        .filter(|l| l.format != CodeFormat::Kdb && !l.name.starts_with("hipBLASLt"))
+        .filter(|l| {
+            dirs.iter().any(|d| {
+                let d = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+                l.path.starts_with(&d)
+            })
+        })
+        .collect()
+}
+
+/// What the libraries under `dirs` carry for `gpu`; None when there is no such library.
+pub fn carries_under(scanned: &Scanned, dirs: &[PathBuf], gpu: &Gpu) -> Option<Carries> {
+    let libs = needed_under(scanned, dirs);
+    (!libs.is_empty()).then(|| carries(&libs, gpu))
+}
+
+/// Every target the libraries under `dirs` carry, sorted as people read them.
+pub fn targets_under(scanned: &Scanned, dirs: &[PathBuf]) -> Vec<String> {
+    let mut all: BTreeSet<String> = BTreeSet::new();
+    for l in needed_under(scanned, dirs) {
+        all.extend(l.targets());
+    }
+    let mut v: Vec<String> = all.into_iter().collect();
+    v.sort_by_key(|s| target_sort_key(s));
+    v
 }
 
 /// The remedy for a group of libraries that fail the GPU.

@@ -138,6 +138,31 @@ pub fn site_packages() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The site-packages of the active virtual environment (VIRTUAL_ENV) and conda
+/// environment (CONDA_PREFIX): `<prefix>/lib/python3.*/site-packages`.
+pub fn env_site_packages() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        let Some(prefix) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let lib = PathBuf::from(prefix).join("lib");
+        let Ok(rd) = std::fs::read_dir(&lib) else {
+            continue;
+        };
+        let mut v: Vec<PathBuf> = rd
+            .take(MAX_ENTRIES)
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path().join("site-packages"))
+            .filter(|p| p.is_dir())
+            .collect();
+        v.sort();
+        out.extend(v);
+    }
+    out
+}
+
 struct Found {
     path: PathBuf,
     origin: Origin,
