@@ -29,6 +29,8 @@
  *   dlopen-fail                  a dlopen that fails, leaving a dlerror() message pending
  *   dlerror                      print "dlerror=MESSAGE" or "dlerror=none" (and clear it)
  *   threads:N:FUNC[:...]         run a FUNC step in N threads at once
+ *   setenv:NAME=VALUE            setenv(NAME, VALUE) in this process (as a program that
+ *                                sets a variable before its first HIP call does)
  * Exit status: 0, or 2 if an argument cannot be parsed (nothing is run then).
  */
 #define _GNU_SOURCE
@@ -108,7 +110,8 @@ enum step_kind {
     S_MAPS,
     S_THREADS,
     S_DLOPEN_FAIL,
-    S_DLERROR
+    S_DLERROR,
+    S_SETENV
 };
 
 struct call {
@@ -221,6 +224,17 @@ static int parse_step(const char *arg, struct step *s)
     }
     if (strcmp(arg, "dlerror") == 0) {
         s->kind = S_DLERROR;
+        return 0;
+    }
+    if (strncmp(arg, "setenv:", 7) == 0) {
+        const char *eq = strchr(arg + 7, '=');
+        size_t len = eq ? (size_t)(eq - (arg + 7)) : 0;
+        if (len == 0 || len >= sizeof s->buf)
+            return -1;
+        s->kind = S_SETENV;
+        memcpy(s->buf, arg + 7, len);
+        s->buf[len] = '\0';
+        s->name = eq + 1;
         return 0;
     }
     if (strncmp(arg, "procaddr:", 9) == 0) {
@@ -654,6 +668,12 @@ int probe_main(int argc, char **argv)
         }
         case S_THREADS:
             do_threads(&s->call, s->number);
+            break;
+        case S_SETENV:
+            if (setenv(s->buf, s->name, 1) != 0) {
+                perror("hip_probe: setenv");
+                return 1;
+            }
             break;
         }
     }

@@ -181,10 +181,46 @@ pub fn run(args: RunArgs) -> u8 {
     for (k, v) in option_env(&args) {
         set(k, v);
     }
+    warn_cross_family_override(&env);
     let err = exec(&args.command, &env);
     let name = program.to_string_lossy();
     eprintln!("rmcp: {name}: {err}");
     exec_error_status(&err)
+}
+
+/// Says, as the shim will on the command's first HIP call, when HSA_OVERRIDE_GFX_VERSION
+/// in the environment the command gets makes an affected GPU run another family's code
+/// (`rmcp_core::remedy::cross_family_warning`). Nothing when RMCP_LOG=off, RMCP_MODE=off
+/// or there is no readable topology; the environment is left as it is.
+fn warn_cross_family_override(env: &[(OsString, OsString)]) {
+    use std::io::Write;
+    let get = |name: &str| -> Option<OsString> {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let cfg = rmcp_core::config::Config::from_lookup(get, false);
+    if cfg.log == LogLevel::Off || cfg.mode == Mode::Off {
+        return;
+    }
+    let Ok(topo) = rmcp_core::topology::Topology::read_gpus(&cfg.sysfs_root) else {
+        return;
+    };
+    for g in &topo.gpus {
+        if !rmcp_core::classify::is_affected(g.gfx, &cfg.targets, cfg.mode) {
+            continue;
+        }
+        let name = rmcp_core::remedy::OVERRIDE_VARIABLE;
+        let value = get(&format!("{name}_{}", g.node)).or_else(|| get(name));
+        let Some(value) = value else { continue };
+        if let Some(w) =
+            rmcp_core::remedy::cross_family_warning(g.node, g.gfx, &value.to_string_lossy())
+        {
+            // A closed stderr is no reason not to run the command.
+            let _ = writeln!(io::stderr(), "rmcp: warning: {w}");
+        }
+    }
 }
 
 /// execvpe(3): replaces this process with `argv[0]` (searched in PATH as execvp does) and

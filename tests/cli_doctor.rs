@@ -100,6 +100,24 @@ fn one<'a>(v: &'a Value, check: &str) -> &'a Value {
     f[0]
 }
 
+/// Every warn and error finding carries a remedy (text, commands, sources), ok findings
+/// none.
+fn assert_remedy(f: &Value) {
+    let status = f["status"].as_str().unwrap();
+    match (status, f.get("remedy")) {
+        ("ok", None) | ("info", _) => {}
+        ("ok", Some(r)) => panic!("an ok finding with a remedy: {r:#}"),
+        (_, None) => panic!("a {status} finding without a remedy: {f:#}"),
+        (_, Some(r)) => {
+            assert!(!r["text"].as_str().unwrap().trim().is_empty(), "{r:#}");
+            assert!(r["commands"].is_array() && r["sources"].is_array(), "{r:#}");
+            for s in r["sources"].as_array().unwrap() {
+                assert!(s.as_str().unwrap().starts_with("https://"), "{s}");
+            }
+        }
+    }
+}
+
 fn squash(s: &str) -> String {
     s.split_whitespace().collect()
 }
@@ -132,6 +150,14 @@ fn assert_agree(e: &Env, sysfs: Option<&Path>, vars: &[(&str, &str)]) {
         at += pos + line.len();
         if let Some(src) = f["source"].as_str() {
             assert!(text[at..].starts_with(&format!("see{src}")), "{src}");
+        }
+        assert_remedy(f);
+        if let Some(r) = f.get("remedy") {
+            let fix = squash(&format!("fix: {}", r["text"].as_str().unwrap()));
+            let pos = text[at..]
+                .find(&fix)
+                .unwrap_or_else(|| panic!("{fix:?} not after its finding in:\n{}", h.text));
+            at += pos + fix.len();
         }
     }
     let s = &j["summary"];

@@ -501,3 +501,62 @@ fn run_without_a_command_is_a_usage_error() {
     let out = rmcp().args(["run"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// `rmcp run` says what the shim will say about a cross-family HSA_OVERRIDE_GFX_VERSION
+/// (rmcp_core::remedy::cross_family_warning) before it execs, and leaves the variable as
+/// it is; nothing for a same-family value, an unaffected card or RMCP_LOG=off.
+#[test]
+fn warns_about_a_cross_family_override_and_leaves_it_set() {
+    let f = fixture();
+    let run = |sysfs: &str, vars: &[(&str, &str)]| -> (Vec<String>, Vec<(String, String)>) {
+        let mut c = f.run();
+        c.env("RMCP_SYSFS_ROOT", rmcp_testkit::fixture(sysfs));
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let out = c.args(["--", "env", "-0"]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let warnings = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.starts_with("rmcp: warning: "))
+            .map(str::to_string)
+            .collect();
+        (warnings, env_of(&out))
+    };
+    let (w, env) = run("rdna1", &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
+    assert_eq!(w.len(), 1, "{w:?}");
+    for part in [
+        "HSA_OVERRIDE_GFX_VERSION=10.3.0",
+        "node 1 (gfx1010)",
+        "RDNA2 code on RDNA1 silicon",
+        "rmcp doctor",
+    ] {
+        assert!(w[0].contains(part), "{part} in {}", w[0]);
+    }
+    assert_eq!(get(&env, "HSA_OVERRIDE_GFX_VERSION"), Some("10.3.0"));
+    let (w, _) = run("rdna1", &[("HSA_OVERRIDE_GFX_VERSION_1", "10.3.0")]);
+    assert_eq!(w.len(), 1, "{w:?}");
+    // Options count as the command will see them: --log off silences it.
+    let mut c = f.run();
+    c.env("RMCP_SYSFS_ROOT", rmcp_testkit::fixture("rdna1"))
+        .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
+        .args(["--log", "off", "--", "true"]);
+    let out = c.output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("rmcp: warning"),
+        "{out:?}"
+    );
+    for (sysfs, vars) in [
+        ("rdna2", vec![("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]),
+        ("rdna3", vec![("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]),
+        ("rdna1", vec![("HSA_OVERRIDE_GFX_VERSION", "10.1.0")]),
+        ("rdna1", vec![]),
+        (
+            "rdna1",
+            vec![("HSA_OVERRIDE_GFX_VERSION", "10.3.0"), ("RMCP_LOG", "off")],
+        ),
+    ] {
+        let (w, _) = run(sysfs, &vars);
+        assert!(w.is_empty(), "{sysfs} {vars:?}: {w:?}");
+    }
+}

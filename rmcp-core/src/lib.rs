@@ -7,6 +7,8 @@
 //! - [`classify`]: which GPUs, and so which allocations, rmcp treats as affected;
 //! - [`policy`]: the rewrite rules (given flags, device class and config, what is forwarded);
 //! - [`registry`]: the hooked HIP functions, generated from `rmcp_sys::hooked_functions!`;
+//! - [`remedy`]: HSA_OVERRIDE_GFX_VERSION, which override makes which card run another
+//!   family's code, and the advice for a card, an override and a build;
 //! - [`config`]: the RMCP_* variables, from one declarative table;
 //! - [`code_objects`]: which GPU targets a HIP library carries code for (ELF sections,
 //!   offload bundles, target IDs), read from bytes a caller supplies.
@@ -17,4 +19,5 @@ pub mod config;
 pub mod gfx;
 pub mod policy;
 pub mod registry;
+pub mod remedy;
 pub mod topology;

@@ -1,14 +1,19 @@
 //! What the shim tells about itself: the banner after the first forwarded call
-//! (RMCP_LOG=info), and the report at exit (RMCP_STATS=1 on stderr, RMCP_STATS_FILE as
+//! (RMCP_LOG=info), the warning about a cross-family HSA_OVERRIDE_GFX_VERSION on the first
+//! hooked call (default level), and the report at exit (RMCP_STATS=1 on stderr, RMCP_STATS_FILE as
 //! JSON), with the exit and fork hooks that make them. The counters are `stats`'s.
 
 use std::collections::BTreeMap;
+use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
+use rmcp_core::classify::is_affected;
 use rmcp_core::config::{Config, Mode};
 use rmcp_core::registry::HOOKS;
+use rmcp_core::remedy::{OVERRIDE_VARIABLE, cross_family_warning};
+use rmcp_core::topology::Topology;
 
 use crate::binding::Binding;
 use crate::copies::{self, Copy};
@@ -247,6 +252,45 @@ fn banner(g: &Global, c: &Copy) {
                 "not affected"
             }
         );
+    }
+}
+
+/// HSA_OVERRIDE_GFX_VERSION[_<node>] as the process holds it now: read with getenv on
+/// the first hooked call, so that a value the program set itself before its first HIP
+/// call (as some setup helpers do) is the one seen.
+fn override_now(node: u32) -> Option<String> {
+    let read = |name: &CStr| -> Option<String> {
+        // SAFETY: `name` is NUL-terminated; getenv returns null or a pointer into the
+        // environment, copied out at once, before this thread could change it.
+        let p = unsafe { libc::getenv(name.as_ptr()) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: getenv's non-null result is a NUL-terminated string.
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    let per_node = CString::new(format!("{OVERRIDE_VARIABLE}_{node}")).ok();
+    per_node
+        .as_deref()
+        .and_then(read)
+        .or_else(|| read(c"HSA_OVERRIDE_GFX_VERSION"))
+}
+
+/// Once per process, on its first hooked call (the device picture is built then): warns,
+/// at the default level, for each affected GPU that HSA_OVERRIDE_GFX_VERSION makes run
+/// another family's code. The shim never changes the variable.
+pub(crate) fn override_warning(cfg: &Config, topology: Option<&Topology>) {
+    let Some(topo) = topology else { return };
+    for g in &topo.gpus {
+        if !is_affected(g.gfx, &cfg.targets, cfg.mode) {
+            continue;
+        }
+        let Some(value) = override_now(g.node) else {
+            continue;
+        };
+        if let Some(w) = cross_family_warning(g.node, g.gfx, &value) {
+            tracing::warn!("{w}");
+        }
     }
 }
 

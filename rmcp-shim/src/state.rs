@@ -85,6 +85,7 @@ fn build() -> Global {
         classify::classify(topology.as_ref(), &config.targets, config.mode)
     };
     crate::report::install_exit_hooks(config);
+    crate::report::override_warning(config, topology.as_ref());
     Global {
         config,
         rules: Rules {

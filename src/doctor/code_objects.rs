@@ -18,17 +18,19 @@ use rmcp_core::code_objects::{
     self as co, BundleFormat, FATBIN_SECTION, FatbinScan, ReadAt, TargetId, Verdict,
 };
 use rmcp_core::gfx::Gfx;
+use rmcp_core::remedy::{Carries, OverrideEffect, advise, override_effect};
 use rmcp_core::topology::GpuNode;
 
 use super::files::io_error_text;
-use super::report::{Check, CodeFormat, CodeObjectRow, CodeVerdict, Finding, Status};
+use super::remedies;
+use super::report::{Check, CodeFormat, CodeObjectRow, CodeVerdict, Finding, Remedy, Status};
 
 /// A GPU build without the card's ISA: hipErrorNoBinaryForGpu on an RX 5700 XT (gfx1010).
 pub const SRC_NO_BINARY: &str = "https://github.com/ROCm/pytorch/issues/882";
 /// rocBLAS without Tensile files for gfx101x ("TensileLibrary.dat not found").
 pub const SRC_TENSILE: &str = "https://github.com/ROCm/rocBLAS/issues/1331";
 /// RX 5700: HSA_OVERRIDE_GFX_VERSION=10.3.0 crashes the card, 10.1.0 works.
-pub const SRC_OVERRIDE_RX5700: &str = "https://github.com/ROCm/legacy-rocm-build/issues/887";
+pub const SRC_OVERRIDE_RX5700: &str = rmcp_core::remedy::sources::ROCM_887;
 /// PyTorch uses hipBLASLt only on the architectures it lists, rocBLAS elsewhere.
 pub const SRC_HIPBLASLT: &str = "https://github.com/pytorch/pytorch/pull/128753";
 /// MIOpen's precompiled-kernel databases; without one it compiles kernels at first use.
@@ -657,12 +659,12 @@ impl Gpu {
         }
     }
 
-    fn who(&self) -> String {
+    pub fn who(&self) -> String {
         format!("node {} ({})", self.node, self.gfx)
     }
 
     /// The ISA the runtime looks for.
-    fn runtime_gfx(&self) -> Gfx {
+    pub fn runtime_gfx(&self) -> Gfx {
         self.override_gfx
             .as_ref()
             .map(|(g, _)| *g)
@@ -670,19 +672,12 @@ impl Gpu {
     }
 }
 
-/// RDNA1 silicon running RDNA2 code: the override's known failure.
-fn rdna1_as_rdna2(real: Gfx, claimed: Gfx) -> bool {
-    real.major() == 10 && real.minor() == 1 && claimed.major() == 10 && claimed.minor() == 3
-}
-
 /// The status of running `claimed` code on `real` silicon through the override.
 fn override_status(real: Gfx, claimed: Gfx) -> Status {
-    if rdna1_as_rdna2(real, claimed) {
-        Status::Error
-    } else if real.major() == claimed.major() && real.minor() == claimed.minor() {
-        Status::Ok
-    } else {
-        Status::Warn
+    match override_effect(real, claimed) {
+        OverrideEffect::Rdna1AsRdna2 => Status::Error,
+        OverrideEffect::Same | OverrideEffect::SameFamily => Status::Ok,
+        OverrideEffect::OtherFamily | OverrideEffect::Unknown => Status::Warn,
     }
 }
 
@@ -737,6 +732,90 @@ fn short(v: Verdict, lib: &Library, gpu: &Gpu) -> String {
     }
 }
 
+/// What a group of libraries carries for the GPU, as the decision table wants it: the
+/// card's own code in all of them, another ISA of its family common to all, the override's
+/// code in all.
+fn carries(libs: &[&Library], gpu: &Gpu) -> Carries {
+    let libs: Vec<&&Library> = libs
+        .iter()
+        .filter(|l| l.format != CodeFormat::Kdb)
+        .collect();
+    if libs.is_empty() {
+        return Carries::default();
+    }
+    let real = gpu.gfx;
+    let family_of = |l: &Library| -> BTreeSet<Gfx> {
+        l.sets
+            .iter()
+            .flatten()
+            .filter_map(TargetId::gfx)
+            .filter(|g| *g != real && g.major() == real.major() && g.minor() == real.minor())
+            .collect()
+    };
+    let mut common = family_of(libs[0]);
+    for l in &libs[1..] {
+        let f = family_of(l);
+        common.retain(|g| f.contains(g));
+    }
+    let has = |l: &Library, g: Gfx| {
+        let sets: Vec<&[TargetId]> = l.sets.iter().map(Vec::as_slice).collect();
+        co::verdict(&sets, g, None) == Verdict::Present
+    };
+    Carries {
+        native: libs.iter().all(|l| native(l, gpu)),
+        same_family: common.into_iter().next(),
+        for_override: gpu
+            .override_gfx
+            .as_ref()
+            .is_some_and(|(o, _)| libs.iter().all(|l| has(l, *o))),
+    }
+}
+
+/// The libraries under any of `dirs` that carry code PyTorch needs (not the optional
+/// hipBLASLt, not MIOpen's databases).
+fn needed_under<'a>(scanned: &'a Scanned, dirs: &[PathBuf]) -> Vec<&'a Library> {
+    scanned
+        .libraries
+        .iter()
+        .filter(|l| l.format != CodeFormat::Kdb && !l.name.starts_with("hipBLASLt"))
+        .filter(|l| {
+            dirs.iter().any(|d| {
+                let d = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+                l.path.starts_with(&d)
+            })
+        })
+        .collect()
+}
+
+/// What the libraries under `dirs` carry for `gpu`; None when there is no such library.
+pub fn carries_under(scanned: &Scanned, dirs: &[PathBuf], gpu: &Gpu) -> Option<Carries> {
+    let libs = needed_under(scanned, dirs);
+    (!libs.is_empty()).then(|| carries(&libs, gpu))
+}
+
+/// Every target the libraries under `dirs` carry, sorted as people read them.
+pub fn targets_under(scanned: &Scanned, dirs: &[PathBuf]) -> Vec<String> {
+    let mut all: BTreeSet<String> = BTreeSet::new();
+    for l in needed_under(scanned, dirs) {
+        all.extend(l.targets());
+    }
+    let mut v: Vec<String> = all.into_iter().collect();
+    v.sort_by_key(|s| target_sort_key(s));
+    v
+}
+
+/// The remedy for a group of libraries that fail the GPU.
+fn remedy_for(libs: &[&Library], gpu: &Gpu) -> Remedy {
+    let over = gpu.override_gfx.as_ref();
+    let advice = advise(gpu.gfx, over.map(|(g, _)| *g), carries(libs, gpu));
+    remedies::for_advice(advice, gpu.gfx, over.map(|(_, t)| t.as_str())).unwrap_or_else(|| {
+        Remedy::new(format!(
+            "Use builds of these libraries that carry {} code.",
+            gpu.runtime_gfx()
+        ))
+    })
+}
+
 fn has_family_code(lib: &Library, gfx: Gfx, minor: u32) -> Option<Gfx> {
     lib.sets
         .iter()
@@ -758,6 +837,10 @@ pub fn findings(scanned: &Scanned, gpus: &[Gpu], out: &mut Vec<Finding>) -> Vec<
                 format!("{path}: its GPU code could not be read ({why}); the targets listed for it, if any, are those read before the problem."),
             )
             .source(SRC_BUNDLER)
+            .remedy(Remedy::new(
+                "Check that the file is complete and readable (an interrupted download or copy \
+                 leaves a truncated file); reinstall the package it belongs to.",
+            ))
             .with("path", path.clone()),
         );
     }
@@ -891,6 +974,10 @@ fn gpu_findings(
         ));
     }
     let mut summary = Finding::new(Check::CodeObjects, worst, text);
+    if worst >= Status::Warn {
+        let bad = of(&|l, _, s| l.format != CodeFormat::Kdb && s >= Status::Warn);
+        summary = summary.remedy(remedy_for(&bad, gpu));
+    }
     summary.details = libs
         .iter()
         .zip(verdicts)
@@ -913,6 +1000,9 @@ fn gpu_findings(
             return;
         }
         let mut f = Finding::new(Check::CodeObjects, status, msg).source(src);
+        if status >= Status::Warn {
+            f = f.remedy(remedy_for(&group, gpu));
+        }
         f.details = group
             .iter()
             .map(|l| format!("{}: {}", l.label(), l.targets().join(", ")))

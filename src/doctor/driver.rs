@@ -9,7 +9,7 @@ use std::path::Path;
 use rmcp_core::topology::GpuNode;
 
 use super::files::read_small;
-use super::report::{Check, Finding, GpuRow, Status};
+use super::report::{Check, Finding, GpuRow, Remedy, Status};
 
 /// amdgpu module parameters and their descriptions.
 pub const SRC_AMDGPU_PARAMS: &str =
@@ -116,6 +116,16 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
     } else {
         Status::Info
     };
+    let container = Remedy::new(
+        "Load the amdgpu driver on the host; in a container, pass the devices through.",
+    )
+    .command("sudo modprobe amdgpu")
+    .command("docker run --device=/dev/kfd --device=/dev/dri --group-add render IMAGE");
+    let group = Remedy::new(
+        "Add the user to the group that owns the device (render; video on older systems), \
+         then log in again; in a container, add the group (--group-add).",
+    )
+    .command("sudo usermod -aG render,video \"$USER\"");
     let f = if !kfd.exists() {
         Finding::new(
             Check::DeviceAccess,
@@ -130,6 +140,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
                 }
             ),
         )
+        .remedy_opt(have_gpus.then(|| container.clone()))
     } else if !access_rw(&kfd) {
         Finding::new(
             Check::DeviceAccess,
@@ -140,6 +151,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
                 kfd.display()
             ),
         )
+        .remedy_opt(have_gpus.then(|| group.clone()))
     } else {
         Finding::new(
             Check::DeviceAccess,
@@ -165,6 +177,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
                     path.display()
                 ),
             )
+            .remedy(container.clone())
         } else if !access_rw(&path) {
             Finding::new(
                 Check::DeviceAccess,
@@ -175,6 +188,7 @@ pub fn device_access(dev: &Path, rows: &[GpuRow], out: &mut Vec<Finding>) {
                     path.display()
                 ),
             )
+            .remedy(group.clone())
         } else {
             Finding::new(
                 Check::DeviceAccess,

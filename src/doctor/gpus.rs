@@ -12,7 +12,43 @@ use rmcp_core::config::{Config, Mode};
 use rmcp_core::topology::{GpuNode, PcieAtomics, Properties, Topology};
 
 use super::files::{io_error_text, read_small};
-use super::report::{Action, Atomics, Check, Finding, GpuRow, Roots, Status};
+use super::report::{Action, Atomics, Check, Finding, GpuRow, Remedy, Roots, Status};
+
+/// What to do about a GPU without PCIe AtomicOps: run programs under rmcp, in a mode that
+/// rewrites, with the GPU among its targets.
+fn atomics_remedy(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Remedy {
+    let r = match row.rmcp {
+        Action::Rewrites => Remedy::new(
+            "Start HIP programs with `rmcp run -- CMD` (or the container entrypoint) so that \
+             the shim makes their coherent host allocations non-coherent.",
+        )
+        .command("rmcp run -- python3 train.py"),
+        Action::DryRun | Action::Off => Remedy::new(
+            "Let the shim rewrite: run with RMCP_MODE=auto (the default) instead of \
+             dry-run or off.",
+        )
+        .command("rmcp run --mode auto -- python3 train.py"),
+        Action::No if g.gfx.0 == 0 => Remedy::new(
+            "Its ISA is unknown, so no target list can name it: if it shows the faults rmcp \
+             exists for, treat every GPU as affected.",
+        )
+        .command("rmcp run --mode force -- python3 train.py"),
+        Action::No => Remedy::new(format!(
+            "If this GPU shows the faults rmcp exists for, add {} to the shim's targets.",
+            g.gfx
+        ))
+        .command(format!(
+            "rmcp run --targets {} -- python3 train.py",
+            cfg.targets
+                .iter()
+                .map(|t| t.to_string())
+                .chain(std::iter::once(g.gfx.to_string()))
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+    };
+    r.source(SRC_CLR_285)
+}
 
 /// Atomics on fine-grained (coherent) host memory are wrong without PCIe AtomicOps.
 pub const SRC_CLR_285: &str = "https://github.com/ROCm/clr/issues/285";
@@ -31,6 +67,15 @@ pub fn topology(roots: &Roots, out: &mut Vec<Finding>) -> Option<Topology> {
                         root.display(),
                         io_error_text(&e)
                     ),
+                )
+                .remedy(
+                    Remedy::new(
+                        "Load the amdgpu driver (it creates the topology), or point doctor at \
+                         a copy with --sysfs (RMCP_SYSFS_ROOT for the shim). In a container \
+                         the host's /sys is normally visible; check it is mounted.",
+                    )
+                    .command("sudo modprobe amdgpu")
+                    .command("ls /sys/class/kfd/kfd/topology/nodes"),
                 )
                 .with("path", root.display().to_string())
                 .with("cpu_nodes", serde_json::Value::Null)
@@ -62,6 +107,12 @@ pub fn topology(roots: &Roots, out: &mut Vec<Finding>) -> Option<Topology> {
                         if t.problems.len() == 1 { "was" } else { "were" },
                     ),
                 )
+                .remedy(Remedy::new(
+                    "Doctor and the shim skip what they cannot read; check the GPU rows below \
+                     against the card you have. If a GPU is missing or its ISA is unknown, \
+                     update the kernel (the amdgpu driver writes these files) and report the \
+                     listed lines to rmcp.",
+                ))
             };
             // Shown relative to the root (the JSON keeps them as they are).
             let prefix = format!("{}/", root.display());
@@ -177,7 +228,20 @@ pub fn gpu_finding(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
             ),
         }
     };
-    let mut f = Finding::new(Check::Gpu, status, format!("{what}; {tail}"))
+    let mut f = Finding::new(Check::Gpu, status, format!("{what}; {tail}"));
+    if status == Status::Warn {
+        f = f.remedy(
+            Remedy::new(format!(
+                "If node {} is an RX 5000 or RX 6000 card, name its ISA for the shim \
+                 (RMCP_TARGETS takes gfx names) or treat every GPU as affected with \
+                 RMCP_MODE=force; check `cat /sys/class/kfd/kfd/topology/nodes/{}/properties` \
+                 for gfx_target_version.",
+                g.node, g.node
+            ))
+            .command("rmcp run --mode force -- python3 train.py"),
+        );
+    }
+    let mut f = f
         .with("node", g.node)
         .with("gfx", g.gfx.to_string())
         .with("pci", row.pci.clone())
@@ -240,6 +304,7 @@ pub fn pcie_atomics(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
                 ),
             )
             .source(SRC_CLR_285)
+            .remedy(atomics_remedy(g, row, cfg))
         }
     };
     f.with("node", g.node)

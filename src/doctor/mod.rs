@@ -14,6 +14,8 @@
 //!   site-packages directories;
 //! - `code_objects`: which GPU targets the installed HIP libraries carry code for
 //!   (`code-objects`; the formats are `rmcp_core::code_objects`);
+//! - `pytorch`: the PyTorch installs, their builds and targets, the verdict and remedy per
+//!   GPU (`pytorch`); `remedies`: the words of the remedies the checks attach;
 //! - `environment`: HIP/ROCr/PyTorch variables that change allocations (`env`);
 //! - `driver`: amdgpu parameters and device files (`amdgpu-param`, `device-access`);
 //! - `files`: reading small system files;
@@ -37,6 +39,8 @@ mod environment;
 mod files;
 mod gpus;
 mod overrides;
+mod pytorch;
+mod remedies;
 mod render;
 mod report;
 mod runtimes;
@@ -107,7 +111,12 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
     setup::rmcp_config(cfg, &mut findings);
     setup::ld_preload(&mut findings);
     setup::shim(&mut findings);
-    let site_packages = runtimes::site_packages();
+    let mut site_packages = runtimes::site_packages();
+    for sp in runtimes::env_site_packages() {
+        if !site_packages.contains(&sp) {
+            site_packages.push(sp);
+        }
+    }
     let libraries = runtimes::search(&site_packages);
     runtimes::findings(&libraries, &mut findings);
     let scanned = code_objects::scan(scan, &site_packages);
@@ -122,9 +131,23 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
         })
         .collect();
     let code_rows = code_objects::findings(&scanned, &code_gpus, &mut findings);
+    pytorch::findings(&site_packages, scan, &scanned, &code_gpus, &mut findings);
     environment::variables(nodes, &mut findings);
     driver::amdgpu_params(&roots.module, nodes, &mut findings);
     driver::device_access(&roots.dev, &rows, &mut findings);
+    // Every warn and error finding says what to do; ok findings never carry advice.
+    for f in &mut findings {
+        debug_assert!(
+            f.status < report::Status::Warn || f.remedy.is_some(),
+            "a {} {} finding without a remedy: {}",
+            f.status.as_str(),
+            f.check.as_str(),
+            f.message
+        );
+        if f.status == report::Status::Ok {
+            f.remedy = None;
+        }
+    }
     Report {
         version: build_info::VERSION.to_string(),
         commit: build_info::commit().to_string(),

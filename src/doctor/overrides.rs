@@ -7,13 +7,17 @@
 
 use std::ffi::OsString;
 
-use rmcp_core::gfx::Gfx;
+use rmcp_core::remedy::{OVERRIDE_VARIABLE, OverrideEffect, override_effect, sources};
 use rmcp_core::topology::GpuNode;
 
-use super::report::{Check, Finding, Status};
+pub use rmcp_core::remedy::OverrideValue;
+
+use super::remedies;
+use super::report::{Check, Finding, Remedy, Status};
+use rmcp_core::remedy::Advice;
 
 /// RX 5700: HSA_OVERRIDE_GFX_VERSION=10.3.0 crashes the card, 10.1.0 works.
-pub const SRC_OVERRIDE_RX5700: &str = "https://github.com/ROCm/legacy-rocm-build/issues/887";
+pub const SRC_OVERRIDE_RX5700: &str = sources::ROCM_887;
 /// AMD: the override is meant for internal debugging, not a workaround.
 pub const SRC_OVERRIDE_DEBUG_AID: &str = "https://github.com/ROCm/legacy-rocm-build/issues/5238";
 /// RX 5500 XT overridden to gfx1030: HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION.
@@ -23,42 +27,7 @@ pub const SRC_OVERRIDE_RX5500: &str =
 pub const SRC_HSAKMT_TOPOLOGY: &str =
     "https://github.com/ROCm/ROCR-Runtime/blob/HEAD/libhsakmt/src/topology.c";
 
-const OVERRIDE: &str = "HSA_OVERRIDE_GFX_VERSION";
-
-/// A parsed HSA_OVERRIDE_GFX_VERSION value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OverrideValue {
-    pub major: u32,
-    pub minor: u32,
-    pub stepping: u32,
-}
-
-impl OverrideValue {
-    /// libhsakmt's rule: `%u.%u.%u` and nothing after, major <= 63, minor and stepping <= 255.
-    pub fn parse(s: &str) -> Option<OverrideValue> {
-        let mut it = s.split('.');
-        let mut num = |max: u32| -> Option<u32> {
-            let t = it.next()?;
-            if t.is_empty() || t.len() > 10 || !t.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            t.parse::<u32>().ok().filter(|v| *v <= max)
-        };
-        let v = OverrideValue {
-            major: num(63)?,
-            minor: num(255)?,
-            stepping: num(255)?,
-        };
-        if it.next().is_some() {
-            return None;
-        }
-        Some(v)
-    }
-
-    pub fn gfx(self) -> Gfx {
-        Gfx(self.major * 10000 + self.minor * 100 + self.stepping)
-    }
-}
+const OVERRIDE: &str = OVERRIDE_VARIABLE;
 
 /// The per-node override variables set in the environment: (node, name, value).
 fn per_node_overrides() -> Vec<(u32, String, OsString)> {
@@ -113,6 +82,14 @@ pub fn gfx_overrides(
                     ),
                 )
                 .source(SRC_HSAKMT_TOPOLOGY)
+                .remedy(
+                    Remedy::new(format!(
+                        "Unset {name}, or use the KFD node number of the GPU it is meant for \
+                         (the node column of doctor's GPU table)."
+                    ))
+                    .command(format!("unset {name}"))
+                    .source(SRC_HSAKMT_TOPOLOGY),
+                )
                 .with("variable", name.clone())
                 .with("node", *n),
             );
@@ -172,23 +149,30 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
                  and HIP finds no usable GPU."
             ),
         )
-        .source(SRC_HSAKMT_TOPOLOGY);
+        .source(SRC_HSAKMT_TOPOLOGY)
+        .remedy(
+            Remedy::new(format!(
+                "Unset {name}, or give it as major.minor.stepping (10.3.0); for most cards it \
+                 is best left unset."
+            ))
+            .command(format!("unset {name}"))
+            .source(SRC_HSAKMT_TOPOLOGY),
+        );
     };
     let real = g.gfx;
     let claimed = ov.gfx();
     let node = g.node;
-    if real.0 == 0 {
-        return Finding::new(
+    match override_effect(real, claimed) {
+        OverrideEffect::Unknown => Finding::new(
             Check::GfxOverride,
             Status::Warn,
             format!(
                 "{name}={value} applies to node {node}, whose real ISA is unknown, so doctor \
                  cannot tell whether {claimed} code can run on it."
             ),
-        );
-    }
-    if real.major() == 10 && real.minor() == 1 && ov.major == 10 && ov.minor == 3 {
-        return Finding::new(
+        )
+        .remedy_opt(remedies::for_advice(Advice::Unknown, real, Some(value))),
+        OverrideEffect::Rdna1AsRdna2 => Finding::new(
             Check::GfxOverride,
             Status::Error,
             format!(
@@ -200,50 +184,60 @@ fn override_finding(g: &GpuNode, name: &str, value: &str) -> Finding {
         )
         .source(SRC_OVERRIDE_RX5700)
         .see_also(SRC_OVERRIDE_RX5500)
-        .see_also(SRC_OVERRIDE_DEBUG_AID);
-    }
-    if real.major() == ov.major && real.minor() == ov.minor {
-        let detail = if real == claimed {
-            "it is the real ISA".to_string()
-        } else {
-            format!("same ISA family as the real {real}")
-        };
-        return Finding::new(
+        .see_also(SRC_OVERRIDE_DEBUG_AID)
+        .remedy(unset_cross_family(name, real)),
+        effect @ (OverrideEffect::Same | OverrideEffect::SameFamily) => {
+            let detail = if effect == OverrideEffect::Same {
+                "it is the real ISA".to_string()
+            } else {
+                format!("same ISA family as the real {real}")
+            };
+            Finding::new(
+                Check::GfxOverride,
+                Status::Ok,
+                format!("{name}={value} on node {node} ({real}): {claimed} code, {detail}."),
+            )
+        }
+        OverrideEffect::OtherFamily => Finding::new(
             Check::GfxOverride,
-            Status::Ok,
-            format!("{name}={value} on node {node} ({real}): {claimed} code, {detail}."),
-        );
+            Status::Warn,
+            format!(
+                "{name}={value} makes node {node} ({real}) run {claimed} code, another ISA \
+                 family: kernels may fault or hang. AMD calls the override a debugging aid, \
+                 not a workaround."
+            ),
+        )
+        .source(SRC_OVERRIDE_DEBUG_AID)
+        .remedy(unset_cross_family(name, real)),
     }
-    Finding::new(
-        Check::GfxOverride,
-        Status::Warn,
-        format!(
-            "{name}={value} makes node {node} ({real}) run {claimed} code, another ISA family: \
-             kernels may fault or hang. AMD calls the override a debugging aid, not a \
-             workaround."
-        ),
-    )
-    .source(SRC_OVERRIDE_DEBUG_AID)
+}
+
+/// Unset an override that makes the card run another family's code; which build to use
+/// instead is the `code-objects` and `pytorch` findings' to say, from what is installed.
+fn unset_cross_family(name: &str, real: rmcp_core::gfx::Gfx) -> Remedy {
+    let mut r = Remedy::new(format!(
+        "Unset {name}: it makes this {real} run another family's code, which rmcp cannot \
+         make safe. If the software then finds no {real} code, the code-objects and pytorch \
+         findings below say which build to use instead."
+    ))
+    .command(format!("unset {name}"));
+    if rmcp_core::remedy::family(real) == rmcp_core::remedy::Family::Rdna1
+        || rmcp_core::remedy::family(real) == rmcp_core::remedy::Family::Gfx1013
+    {
+        r = r
+            .source(sources::ROCM_887)
+            .source(sources::LLVM_AMDGPU_TD)
+            .checked();
+    } else {
+        r = r.source(SRC_OVERRIDE_DEBUG_AID);
+    }
+    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn override_values_follow_libhsakmt() {
-        let v = OverrideValue::parse("10.3.0").unwrap();
-        assert_eq!(v.gfx().to_string(), "gfx1030");
-        assert_eq!(
-            OverrideValue::parse("9.0.10").unwrap().gfx().to_string(),
-            "gfx90a"
-        );
-        for bad in [
-            "", "10.3", "10.3.0.1", "10.3.0 ", "a.b.c", "64.0.0", "10.256.0", "-1.0.0", "10..0",
-        ] {
-            assert_eq!(OverrideValue::parse(bad), None, "{bad:?}");
-        }
-    }
+    use rmcp_core::gfx::Gfx;
 
     #[test]
     fn rdna1_with_rdna2_code_is_an_error_and_matching_family_ok() {

@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 
-use super::report::{Atomics, Report, Status};
+use super::report::{Atomics, Remedy, Report, Status};
 
 pub const WIDTH: usize = 80;
 const STATUS_W: usize = 5;
@@ -99,6 +99,67 @@ fn push_sources(out: &mut String, urls: &[&String]) {
     }
 }
 
+/// A shell command in lines of at most `width` characters, broken between words with a
+/// trailing ` \\`. A word longer than a line (a long comma-separated list) is broken after
+/// a comma with a bare `\\`, which the shell joins back into one word; a word without a
+/// comma stays whole.
+pub fn wrap_command(cmd: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = String::new();
+    for word in cmd.split(' ').filter(|w| !w.is_empty()) {
+        if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() + 2 > width {
+            lines.push(std::mem::take(&mut cur) + " \\");
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        for piece in word.split_inclusive(',') {
+            if cur.chars().count() + piece.chars().count() + 1 > width && !cur.ends_with(' ') {
+                lines.push(std::mem::take(&mut cur) + "\\");
+            }
+            cur.push_str(piece);
+        }
+    }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    lines
+}
+
+/// The remedy under a finding: `fix:` and its text, the commands (`$ `, continued lines
+/// indented), the caveat, the sources and the date the facts were checked.
+fn push_remedy(out: &mut String, r: &Remedy) {
+    let pad = " ".repeat(INDENT);
+    for (i, line) in wrap(&r.text, WIDTH - INDENT - 5).iter().enumerate() {
+        out.push_str(&pad);
+        out.push_str(if i == 0 { "fix: " } else { "     " });
+        out.push_str(line);
+        out.push('\n');
+    }
+    for c in &r.commands {
+        for (i, line) in wrap_command(c, WIDTH - INDENT - 6).iter().enumerate() {
+            out.push_str(&pad);
+            out.push_str(if i == 0 { "  $ " } else { "      " });
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if let Some(c) = &r.caveat {
+        for (i, line) in wrap(c, WIDTH - INDENT - 10).iter().enumerate() {
+            out.push_str(&pad);
+            out.push_str(if i == 0 { "  caveat: " } else { "          " });
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    let urls: Vec<&String> = r.sources.iter().collect();
+    push_sources(out, &urls);
+    if let Some(d) = r.checked {
+        out.push_str(&pad);
+        out.push_str(&format!("(facts checked {d})\n"));
+    }
+}
+
 fn dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".to_string())
 }
@@ -168,6 +229,9 @@ pub fn human(r: &Report, colour: bool) -> String {
         }
         let urls: Vec<&String> = f.source.iter().chain(&f.see_also).collect();
         push_sources(&mut out, &urls);
+        if let Some(r) = &f.remedy {
+            push_remedy(&mut out, r);
+        }
     }
     out.push('\n');
     let errors = r.count(Status::Error);
@@ -202,5 +266,38 @@ mod tests {
         );
         assert_eq!(wrap(&"y".repeat(25), 10).concat(), "y".repeat(25));
         assert!(wrap("", 10).is_empty());
+    }
+
+    #[test]
+    fn commands_wrap_with_continuations() {
+        let cmd = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \
+                   \"torch[device-gfx1010]\"";
+        let lines = wrap_command(cmd, 54);
+        assert_eq!(
+            lines,
+            [
+                "pip install --index-url \\",
+                "https://rocm.nightlies.amd.com/whl-multi-arch/ \\",
+                "\"torch[device-gfx1010]\""
+            ]
+        );
+        assert!(lines.iter().all(|l| l.chars().count() <= 54), "{lines:?}");
+        // Joined back, the shell reads the same words.
+        let joined = lines.join(" ").replace(" \\ ", " ");
+        assert_eq!(joined, cmd.split_whitespace().collect::<Vec<_>>().join(" "));
+        assert_eq!(wrap_command("unset X", 54), ["unset X"]);
+        let long = wrap_command(
+            "rmcp run --targets gfx1010,gfx1011,gfx1012,gfx1013 -- x",
+            30,
+        );
+        assert_eq!(
+            long,
+            [
+                "rmcp run --targets \\",
+                "gfx1010,gfx1011,gfx1012,\\",
+                "gfx1013 -- x"
+            ]
+        );
+        assert!(long.iter().all(|l| l.chars().count() <= 30), "{long:?}");
     }
 }

@@ -51,6 +51,7 @@ pub enum Check {
     Shim,
     HipRuntime,
     CodeObjects,
+    Pytorch,
     Env,
     AmdgpuParam,
     DeviceAccess,
@@ -68,6 +69,7 @@ impl Check {
             Check::Shim => "shim",
             Check::HipRuntime => "hip-runtime",
             Check::CodeObjects => "code-objects",
+            Check::Pytorch => "pytorch",
             Check::Env => "env",
             Check::AmdgpuParam => "amdgpu-param",
             Check::DeviceAccess => "device-access",
@@ -95,10 +97,65 @@ pub struct Finding {
     /// where they matter).
     #[serde(skip)]
     pub details: Vec<String>,
+    /// What to do: every `warn` and `error` finding has one, `ok` findings never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remedy: Option<Remedy>,
+}
+
+/// What to do about a finding (`remedy` in JSON): the advice, the exact commands where
+/// there are any, the public sources behind it, and what it does not promise.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Remedy {
+    pub text: String,
+    /// Shell commands, one per entry (may be empty).
+    pub commands: Vec<String>,
+    /// URLs of the sources (empty when the remedy is about rmcp's own setup or this
+    /// machine's configuration).
+    pub sources: Vec<String>,
+    /// What the remedy does not promise (untested builds, unconfirmed facts).
+    pub caveat: Option<String>,
+    /// The date the outside facts it relies on were last checked (null when it relies on
+    /// none).
+    pub checked: Option<&'static str>,
+}
+
+impl Remedy {
+    pub fn new(text: impl Into<String>) -> Remedy {
+        Remedy {
+            text: text.into(),
+            commands: Vec::new(),
+            sources: Vec::new(),
+            caveat: None,
+            checked: None,
+        }
+    }
+
+    pub fn command(mut self, c: impl Into<String>) -> Remedy {
+        self.commands.push(c.into());
+        self
+    }
+
+    pub fn source(mut self, url: &str) -> Remedy {
+        if !self.sources.iter().any(|s| s == url) {
+            self.sources.push(url.to_string());
+        }
+        self
+    }
+
+    pub fn caveat(mut self, c: impl Into<String>) -> Remedy {
+        self.caveat = Some(c.into());
+        self
+    }
+
+    /// It relies on outside facts, checked on `rmcp_core::remedy::FACTS_CHECKED`.
+    pub fn checked(mut self) -> Remedy {
+        self.checked = Some(rmcp_core::remedy::FACTS_CHECKED);
+        self
+    }
 }
 
 /// The keys every finding has; `Finding::with` must not reuse them.
-const FINDING_KEYS: [&str; 5] = ["check", "status", "message", "source", "see_also"];
+const FINDING_KEYS: [&str; 6] = ["check", "status", "message", "source", "see_also", "remedy"];
 
 impl Finding {
     pub fn new(check: Check, status: Status, message: impl Into<String>) -> Finding {
@@ -110,7 +167,20 @@ impl Finding {
             see_also: Vec::new(),
             extra: Map::new(),
             details: Vec::new(),
+            remedy: None,
         }
+    }
+
+    /// What to do about it.
+    pub fn remedy(mut self, r: Remedy) -> Finding {
+        self.remedy = Some(r);
+        self
+    }
+
+    /// What to do about it, if there is anything to say.
+    pub fn remedy_opt(mut self, r: Option<Remedy>) -> Finding {
+        self.remedy = r;
+        self
     }
 
     pub fn source(mut self, url: &str) -> Finding {
@@ -406,6 +476,7 @@ mod tests {
             Check::Shim,
             Check::HipRuntime,
             Check::CodeObjects,
+            Check::Pytorch,
             Check::Env,
             Check::AmdgpuParam,
             Check::DeviceAccess,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rmcp_sys::locate::{FILE_PREFIX, is_runtime_file};
 
-use super::report::{Check, Finding, LibraryRow, Origin, Status};
+use super::report::{Check, Finding, LibraryRow, Origin, Remedy, Status};
 
 /// Directory entries read per directory, at most (site-packages can be large).
 const MAX_ENTRIES: usize = 4096;
@@ -136,6 +136,31 @@ pub fn site_packages() -> Vec<PathBuf> {
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
         .collect()
+}
+
+/// The site-packages of the active virtual environment (VIRTUAL_ENV) and conda
+/// environment (CONDA_PREFIX): `<prefix>/lib/python3.*/site-packages`.
+pub fn env_site_packages() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        let Some(prefix) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let lib = PathBuf::from(prefix).join("lib");
+        let Ok(rd) = std::fs::read_dir(&lib) else {
+            continue;
+        };
+        let mut v: Vec<PathBuf> = rd
+            .take(MAX_ENTRIES)
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path().join("site-packages"))
+            .filter(|p| p.is_dir())
+            .collect();
+        v.sort();
+        out.extend(v);
+    }
+    out
 }
 
 struct Found {
@@ -281,12 +306,21 @@ fn origin_text(o: Origin) -> &'static str {
 
 pub fn findings(libs: &[LibraryRow], out: &mut Vec<Finding>) {
     if libs.is_empty() {
-        out.push(Finding::new(
-            Check::HipRuntime,
-            Status::Warn,
-            "No libamdhip64 found in LD_LIBRARY_PATH, the ld.so cache, /opt/rocm*/lib or \
-             Python site-packages: HIP programs will not start here.",
-        ));
+        out.push(
+            Finding::new(
+                Check::HipRuntime,
+                Status::Warn,
+                "No libamdhip64 found in LD_LIBRARY_PATH, the ld.so cache, /opt/rocm*/lib or \
+                 Python site-packages: HIP programs will not start here.",
+            )
+            .remedy(Remedy::new(
+                "Install a HIP runtime: a ROCm build of PyTorch brings its own (torch/lib, or \
+                 TheRock's _rocm_sdk_core package), Debian and Ubuntu package it as \
+                 libamdhip64, AMD's ROCm packages put it in /opt/rocm/lib. If it is installed \
+                 elsewhere, add that directory to LD_LIBRARY_PATH or give the file to \
+                 RMCP_HIP_LIBRARY.",
+            )),
+        );
         return;
     }
     for lib in libs {

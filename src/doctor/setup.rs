@@ -9,7 +9,8 @@ use std::path::Path;
 
 use rmcp_core::config::{Config, Mode, VARIABLES};
 
-use super::report::{Check, Finding, Status};
+use super::remedies;
+use super::report::{Check, Finding, Remedy, Status};
 use crate::{install, preload};
 
 pub fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
@@ -34,11 +35,13 @@ pub fn rmcp_config(cfg: &Config, out: &mut Vec<Finding>) {
         .with("targets", targets),
     );
     for w in &cfg.warnings {
-        out.push(Finding::new(
-            Check::RmcpConfig,
-            Status::Warn,
-            format!("{w}."),
-        ));
+        out.push(
+            Finding::new(Check::RmcpConfig, Status::Warn, format!("{w}.")).remedy(Remedy::new(
+                "Correct or unset the variable named: the shim ignores a value it does not \
+                 understand and uses the default (docs/cli.md lists the accepted values; \
+                 `rmcp run --help` shows them as options).",
+            )),
+        );
     }
 }
 
@@ -67,7 +70,8 @@ pub fn ld_preload(out: &mut Vec<Finding>) {
             Check::LdPreload,
             Status::Warn,
             format!("LD_PRELOAD names {one}, which does not exist: ld.so ignores it."),
-        ),
+        )
+        .remedy(remedies::use_rmcp_run()),
         many => Finding::new(
             Check::LdPreload,
             Status::Warn,
@@ -76,7 +80,8 @@ pub fn ld_preload(out: &mut Vec<Finding>) {
                 many.len(),
                 many.join(", ")
             ),
-        ),
+        )
+        .remedy(remedies::use_rmcp_run()),
     };
     out.push(f.with("shims", shims));
 }
@@ -109,6 +114,18 @@ pub fn shim(out: &mut Vec<Finding>) {
                         body.display()
                     ),
                 )
+                .remedy(
+                    Remedy::new(format!(
+                        "Put {} next to {} again (reinstall rmcp the way it was installed: \
+                         the wheel, or both files from the release), or give --shim the path \
+                         of a complete pair.",
+                        body.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                        p.display()
+                    ))
+                    .command("rmcp run --shim /path/to/librmcp_shim.so -- python3 train.py"),
+                )
             };
             f.with("path", p.display().to_string())
                 .with("found_in", place)
@@ -122,6 +139,14 @@ pub fn shim(out: &mut Vec<Finding>) {
                  or set RMCP_SHIM.",
                 search.describe_tried()
             ),
+        )
+        .remedy(
+            Remedy::new(
+                "Tell rmcp run where the shim is, or install it next to rmcp (the rmcp-rdna \
+                 wheel does both).",
+            )
+            .command("export RMCP_SHIM=/path/to/librmcp_shim.so")
+            .command("rmcp run --shim /path/to/librmcp_shim.so -- python3 train.py"),
         )
         .with("path", serde_json::Value::Null),
     };
