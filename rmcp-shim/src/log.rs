@@ -86,6 +86,8 @@ pub(crate) fn dropped_lines() -> u64 {
 /// Writes all of `buf` to `fd`, retrying after signals; false if any of it was not
 /// written (an error, or a non-blocking descriptor that would block).
 fn write_fd(fd: RawFd, mut buf: &[u8]) -> bool {
+    // write(2) is a cancellation point; a line is the shim's own work.
+    let _no_cancel = crate::cancel::NoCancel::new();
     while !buf.is_empty() {
         // SAFETY: `buf` is valid for `buf.len()` bytes; writing to a closed or invalid fd
         // only returns an error.
@@ -154,6 +156,7 @@ fn above_stdio(fd: RawFd) -> io::Result<RawFd> {
 /// open(2) with O_NONBLOCK | O_CLOEXEC | O_NOCTTY added (opening a FIFO or a device never
 /// waits), moved above the standard descriptors.
 fn open_nonblocking(path: &CStr, flags: c_int) -> io::Result<RawFd> {
+    let _no_cancel = crate::cancel::NoCancel::new();
     let flags = flags | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
     // SAFETY: `path` is NUL-terminated; the mode argument is read only with O_CREAT.
     let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };

@@ -192,6 +192,7 @@ pub(crate) fn after_call(g: &Global, b: &Binding) {
 
 #[cold]
 fn first_details(g: &Global, c: &Copy) {
+    let _no_cancel = crate::cancel::NoCancel::new();
     if c.announced.swap(true, Ordering::Relaxed) || !wants_details(g) {
         return;
     }
@@ -272,6 +273,7 @@ extern "C" fn after_fork_in_child() {
 }
 
 extern "C" fn at_exit() {
+    let _no_cancel = crate::cancel::NoCancel::new();
     let _ = std::panic::catch_unwind(write_report);
 }
 
