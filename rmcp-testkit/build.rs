@@ -15,7 +15,8 @@
 //!   `probe_main`, DT_NEEDED the runtime, no rpath.
 //! * `RMCP_DLOPEN_CLIENT`: tests/c/dlopen_client.c, not linked to the runtime.
 //! * `RMCP_HOTPATH`, `RMCP_DLSYM_CLIENT`, `RMCP_SCOPE_LIB_5/6`, `RMCP_STRESS_CLIENT`,
-//!   `RMCP_FORK_CLIENT`, `RMCP_BENCH_CLIENT`, `RMCP_NOMEM_CLIENT`, `RMCP_FD_CLIENT`: see the
+//!   `RMCP_FORK_CLIENT`, `RMCP_BENCH_CLIENT`, `RMCP_NOMEM_CLIENT`, `RMCP_FD_CLIENT`,
+//!   `RMCP_NW_PLUGIN_5/6`, `RMCP_NW_CLIENT`, `RMCP_NW_SITES`: see the
 //!   functions that build them below.
 //! * `RMCP_ASAN_APP`: tests/c/asan_app.c built with `-fsanitize=address`, or empty when
 //!   the compiler cannot build it; `RMCP_ASAN_APP_WHY` then says why (see `asan_app`).
@@ -165,7 +166,64 @@ fn main() {
     dlsym_clients(&cc, &root_dir, &out);
     transparency_clients(&cc, &root_dir, &out);
     reliability_clients(&cc, &root_dir, &out);
+    never_worse_clients(&cc, &root_dir, &out);
     asan_app(&cc, &root_dir, &out);
+}
+
+/// The loading shapes of issue 22 (rmcp-shim/tests/never_worse.rs):
+/// `RMCP_NW_PLUGIN_5` / `_6` (tests/c/nw_plugin.c as `nwplugin-N/libnwplugin.so`, linked to
+/// the fake `.so.N`, no soname), `RMCP_NW_CLIENT` (tests/c/never_worse.c, not linked to a
+/// runtime) and `RMCP_NW_SITES` (tests/c/nw_sites.c, linked to the .so.6 fake, with a
+/// counting malloc family).
+fn never_worse_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
+    const PLUGIN: &str = "tests/c/nw_plugin.c";
+    const CLIENT: &str = "tests/c/never_worse.c";
+    const SITES: &str = "tests/c/nw_sites.c";
+    for path in [PLUGIN, CLIENT, SITES] {
+        rerun_if_changed(path);
+    }
+    let src = |p: &str| root_dir.join(p).display().to_string();
+    for major in [5u32, 6] {
+        let dir = out.join(format!("nwplugin-{major}"));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let lib = dir.join("libnwplugin.so");
+        cc.run(
+            "libnwplugin.so",
+            &[
+                "-shared".into(),
+                "-fPIC".into(),
+                "-o".into(),
+                lib.display().to_string(),
+                src(PLUGIN),
+                format!("-L{}", out.join(format!("fake-hip-{major}")).display()),
+                "-lamdhip64".into(),
+            ],
+        );
+        println!("cargo:rustc-env=RMCP_NW_PLUGIN_{major}={}", lib.display());
+    }
+    let client = out.join("never_worse");
+    cc.run(
+        "never_worse",
+        &[
+            "-o".into(),
+            client.display().to_string(),
+            src(CLIENT),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_NW_CLIENT={}", client.display());
+    let sites = out.join("nw_sites");
+    cc.run(
+        "nw_sites",
+        &[
+            "-o".into(),
+            sites.display().to_string(),
+            src(SITES),
+            format!("-L{}", out.join("fake-hip-6").display()),
+            "-lamdhip64".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_NW_SITES={}", sites.display());
 }
 
 /// `RMCP_ASAN_APP`: tests/c/asan_app.c with `-fsanitize=address`, linked to the .so.6 fake

@@ -136,6 +136,7 @@ pub(crate) fn for_caller(ret: usize, cfg: &Config) -> Option<&'static Binding> {
 
 #[cold]
 fn for_new_caller(ret: usize, cfg: &Config) -> Option<&'static Binding> {
+    let _no_cancel = crate::cancel::NoCancel::new();
     let object = locate::loaded_object(ret)?;
     let slot = object_slot(object.link_map)?;
     remember_site(ret, slot);
@@ -228,6 +229,7 @@ pub(crate) fn is_runtime_function(addr: usize) -> bool {
 /// `function`. False if that cannot be promised (the caller is unknown or the tables are
 /// full); then the caller keeps the runtime's function.
 pub(crate) fn record(ret: usize, hook: Hook, function: usize) -> bool {
+    let _no_cancel = crate::cancel::NoCancel::new();
     let Some(object) = locate::loaded_object(ret) else {
         return false;
     };

@@ -174,9 +174,13 @@ impl Copy {
         match self.listed(g).map(|l| &l.class) {
             None => false,
             Some(DeviceClass::All(v)) => *v,
-            Some(DeviceClass::PerOrdinal(table)) => devices::current(&self.api)
-                .and_then(|i| table.get(i).copied())
-                .unwrap_or(false),
+            Some(DeviceClass::PerOrdinal(table)) => {
+                // The shim's own query, under its catch_unwind (crate::cancel).
+                let _no_cancel = crate::cancel::NoCancel::new();
+                devices::current(&self.api)
+                    .and_then(|i| table.get(i).copied())
+                    .unwrap_or(false)
+            }
         }
     }
 }

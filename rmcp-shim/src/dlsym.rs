@@ -53,6 +53,8 @@ pub(crate) extern "C" fn lookup(
         // SAFETY: the caller's own arguments, passed on unchanged.
         return unsafe { next()(handle, symbol) };
     };
+    // The substitution is the shim's own work: no cancellation point acts inside it.
+    let _no_cancel = crate::cancel::NoCancel::new();
     catch_unwind(|| answer(handle, symbol, hook, ret)).unwrap_or_else(|_| {
         // SAFETY: as above.
         unsafe { next()(handle, symbol) }

@@ -160,6 +160,7 @@ rmcp_sys::hooked_functions!(exports);
 /// whose buffer was too short calls again with one at least that long. `buf` may be NULL
 /// when `len` is 0. Returns 0 if the report could not be made (a panic inside is caught).
 pub(crate) extern "C" fn stats(buf: *mut std::ffi::c_char, len: usize) -> usize {
+    let _no_cancel = crate::cancel::NoCancel::new();
     std::panic::catch_unwind(|| {
         let out: &mut [u8] = if buf.is_null() || len == 0 {
             &mut []

@@ -123,7 +123,23 @@ fn intercept_on(
     if t.inside() {
         return forward_bare(call.ret, asked);
     }
-    let _inside = t.enter();
+    // No guard with a destructor: the runtime call below may be unwound by a thread
+    // cancellation, and this frame must then have nothing to run (crate::cancel).
+    t.mark_inside();
+    let rc = decide_and_call(t, call, asked);
+    t.leave();
+    rc
+}
+
+/// The hook's work once the thread is marked inside: the shim's own steps under
+/// `catch_unwind` (cancellation off where they may meet a cancellation point), the runtime
+/// called outside them, as cancellable as the caller's call would have been.
+#[inline(always)]
+fn decide_and_call(
+    t: &ThreadState,
+    call: Call,
+    asked: &impl Fn(&HipApi) -> Option<HipError>,
+) -> HipError {
     let Ok(global) = catch_unwind(state::global) else {
         return forward_bare(call.ret, asked);
     };

@@ -20,6 +20,7 @@
 //! - `state`: the shared lazy stages (configuration, device picture);
 //! - `devices`: a runtime's answers about its devices, over FFI;
 //! - `stats`: the per-hook counters; `report`: the banner and the exit report;
+//! - `cancel`: cancellation kept off the shim's own work (pthread_cancel);
 //! - `alloc`: the shim's heap, with an emergency arena when malloc fails;
 //! - `log`: the shim's own log writer; `thread`: per-thread state; `once`: a fork-safe
 //!   once-cell.
@@ -32,6 +33,7 @@
 
 mod alloc;
 mod binding;
+mod cancel;
 mod copies;
 mod devices;
 mod dlsym;

@@ -86,6 +86,8 @@ pub(crate) fn dropped_lines() -> u64 {
 /// Writes all of `buf` to `fd`, retrying after signals; false if any of it was not
 /// written (an error, or a non-blocking descriptor that would block).
 fn write_fd(fd: RawFd, mut buf: &[u8]) -> bool {
+    // write(2) is a cancellation point; a line is the shim's own work.
+    let _no_cancel = crate::cancel::NoCancel::new();
     while !buf.is_empty() {
         // SAFETY: `buf` is valid for `buf.len()` bytes; writing to a closed or invalid fd
         // only returns an error.
@@ -154,6 +156,7 @@ fn above_stdio(fd: RawFd) -> io::Result<RawFd> {
 /// open(2) with O_NONBLOCK | O_CLOEXEC | O_NOCTTY added (opening a FIFO or a device never
 /// waits), moved above the standard descriptors.
 fn open_nonblocking(path: &CStr, flags: c_int) -> io::Result<RawFd> {
+    let _no_cancel = crate::cancel::NoCancel::new();
     let flags = flags | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
     // SAFETY: `path` is NUL-terminated; the mode argument is read only with O_CREAT.
     let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint) };
@@ -188,6 +191,132 @@ pub(crate) fn write_regular_file(path: &Path, data: &[u8]) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// A file [`replace_regular_file`] put something else's place.
+pub(crate) struct Replaced {
+    /// What the file held.
+    pub(crate) data: Vec<u8>,
+    /// When it was last written.
+    pub(crate) modified: Option<std::time::SystemTime>,
+}
+
+/// Puts `data` at `path` atomically (RMCP_STATS_FILE, issue 22): written to a temporary
+/// file beside it (`.NAME.rmcp-PID.tmp`), then exchanged with what was there
+/// (`renameat2(RENAME_EXCHANGE)`), or moved there if nothing was (`RENAME_NOREPLACE`), so
+/// a reader, or another process doing the same, never sees a partial file, and each
+/// process sees exactly the file it replaced, which is returned. A symbolic link is
+/// followed to the file it names. Where the file system has no `renameat2`, a plain
+/// `rename` (what it replaced read just before, which a racing writer may miss); where no
+/// temporary file can be created beside it (a directory the process may not write), the
+/// file is written in place as before. Only a regular file (or none) is replaced.
+pub(crate) fn replace_regular_file(path: &Path, data: &[u8]) -> io::Result<Option<Replaced>> {
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if std::fs::metadata(&target).is_ok_and(|m| !m.is_file()) {
+        return Err(io::Error::other("not a regular file"));
+    }
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return write_regular_file(path, data).map(|()| None);
+    };
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".rmcp-{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let (c_tmp, c_target) = (c_path(&tmp)?, c_path(&target)?);
+    // SAFETY: a NUL-terminated path; a leftover of this pid's is removed, nothing else.
+    unsafe { libc::unlink(c_tmp.as_ptr()) };
+    let Ok(fd) = open_nonblocking(&c_tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) else {
+        return write_regular_file(path, data).map(|()| None);
+    };
+    // SAFETY: `fd` was just opened for the shim; the File owns and closes it.
+    let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let written = write_fd(fd, data);
+    drop(file);
+    let remove_tmp = || {
+        // SAFETY: a NUL-terminated path of the shim's own temporary file.
+        unsafe { libc::unlink(c_tmp.as_ptr()) };
+    };
+    if !written {
+        let e = io::Error::last_os_error();
+        remove_tmp();
+        return Err(e);
+    }
+    let _no_cancel = crate::cancel::NoCancel::new();
+    let renameat2 = |flags: libc::c_uint| {
+        // SAFETY: renameat2(2) with two NUL-terminated paths relative to the working
+        // directory (both absolute or as given); it changes nothing else.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                c_tmp.as_ptr(),
+                libc::AT_FDCWD,
+                c_target.as_ptr(),
+                flags,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // What now sits at the temporary name: the file that was replaced.
+    let take_replaced = || {
+        let replaced = std::fs::symlink_metadata(&tmp)
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map(|m| Replaced {
+                data: std::fs::read(&tmp).unwrap_or_default(),
+                modified: m.modified().ok(),
+            });
+        remove_tmp();
+        replaced
+    };
+    for _ in 0..8 {
+        match renameat2(libc::RENAME_EXCHANGE) {
+            Ok(()) => return Ok(take_replaced()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                match renameat2(libc::RENAME_NOREPLACE) {
+                    Ok(()) => return Ok(None),
+                    // Another process put its report there meanwhile: exchange with it.
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                    Err(e) => return plain_rename(&tmp, &target, e, remove_tmp),
+                }
+            }
+            Err(e) => return plain_rename(&tmp, &target, e, remove_tmp),
+        }
+    }
+    remove_tmp();
+    Err(io::Error::other("the file kept changing"))
+}
+
+/// `rename(tmp, target)` where renameat2 is refused (EINVAL or ENOSYS: a file system or
+/// kernel without it); another error is returned as it is, and the temporary file removed.
+fn plain_rename(
+    tmp: &Path,
+    target: &Path,
+    e: io::Error,
+    remove_tmp: impl Fn(),
+) -> io::Result<Option<Replaced>> {
+    if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) {
+        remove_tmp();
+        return Err(e);
+    }
+    let replaced = std::fs::symlink_metadata(target)
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| Replaced {
+            data: std::fs::read(target).unwrap_or_default(),
+            modified: m.modified().ok(),
+        });
+    match std::fs::rename(tmp, target) {
+        Ok(()) => Ok(replaced),
+        Err(e) => {
+            remove_tmp();
+            Err(e)
+        }
     }
 }
 

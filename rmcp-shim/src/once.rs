@@ -101,6 +101,8 @@ impl<T> ForkOnce<T> {
         f: impl FnOnce() -> T,
         patience: Option<std::time::Duration>,
     ) -> Option<&T> {
+        // Builds and waits meet cancellation points (files, runtime queries, sleeps).
+        let _no_cancel = crate::cancel::NoCancel::new();
         let me = building(std::process::id());
         let since = std::time::Instant::now();
         let mut f = Some(f);
@@ -231,7 +233,11 @@ impl<T: 'static> Published<T> {
         if let Some(v) = self.get() {
             return v;
         }
-        let mine = Box::into_raw(Box::new(make()));
+        let mine = {
+            // Building may meet cancellation points (loader queries, runtime files).
+            let _no_cancel = crate::cancel::NoCancel::new();
+            Box::into_raw(Box::new(make()))
+        };
         match self.0.compare_exchange(
             std::ptr::null_mut(),
             mine,

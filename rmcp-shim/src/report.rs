@@ -197,6 +197,7 @@ pub(crate) fn after_call(g: &Global, b: &Binding) {
 
 #[cold]
 fn first_details(g: &Global, c: &Copy) {
+    let _no_cancel = crate::cancel::NoCancel::new();
     if c.announced.swap(true, Ordering::Relaxed) || !wants_details(g) {
         return;
     }
@@ -316,6 +317,7 @@ extern "C" fn after_fork_in_child() {
 }
 
 extern "C" fn at_exit() {
+    let _no_cancel = crate::cancel::NoCancel::new();
     let _ = std::panic::catch_unwind(write_report);
 }
 
@@ -342,6 +344,18 @@ fn write_report() {
     if let Some(template) = &g.config.stats_file {
         let path = stats_path(template, report.pid);
         let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+        match crate::log::replace_regular_file(&path, json.as_bytes()) {
+            Ok(Some(replaced)) => {
+                if g.config.log >= rmcp_core::config::LogLevel::Warn {
+                    if let Some(line) = replaced_warning(&replaced, report.pid, &path) {
+                        let _ = std::io::Write::write_all(&mut stderr.clone(), line.as_bytes());
+                    }
+                }
+                return;
+            }
+            Ok(None) => return,
+            Err(_) => {}
+        }
         if let Err(e) = crate::log::write_regular_file(&path, json.as_bytes()) {
             // Written directly, in the logger's format: at exit the logger's thread-local
             // state may already be destroyed, and that must not cost the report.
@@ -356,6 +370,60 @@ fn write_report() {
             let _ = std::io::Write::write_all(&mut stderr.clone(), json.as_bytes());
         }
     }
+}
+
+/// The warning for a report that replaced another process's (issue 22): when the file it
+/// replaced was written while this process ran (a process of the same job, exiting
+/// alongside), its report is lost unless someone says so. An older file (a previous run's)
+/// is replaced without a word, as any output file is. None when nothing needs saying.
+fn replaced_warning(
+    replaced: &crate::log::Replaced,
+    pid: u32,
+    path: &std::path::Path,
+) -> Option<String> {
+    let other = serde_json::from_slice::<serde_json::Value>(&replaced.data)
+        .ok()
+        .and_then(|v| v["pid"].as_u64());
+    if other == Some(u64::from(pid)) {
+        return None;
+    }
+    let during = match (replaced.modified, process_start()) {
+        (Some(m), Some(start)) => m >= start,
+        _ => true,
+    };
+    if !during {
+        return None;
+    }
+    let whose = other.map_or_else(
+        || "a file that was not a whole report".to_string(),
+        |p| format!("the report of process {p}"),
+    );
+    Some(format!(
+        "rmcp[{pid}] warn: RMCP_STATS_FILE {}: this report replaced {whose}, written while \
+         this process ran; put %p in the name (it becomes the process id) to keep one \
+         report per process\n",
+        path.display()
+    ))
+}
+
+/// When this process started (to the second, rounded down): /proc/self/stat's start time
+/// after boot and /proc/stat's boot time.
+fn process_start() -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces) start at state, field 3;
+    // starttime is field 22.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let ticks: u64 = after.split(' ').nth(19)?.parse().ok()?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    (hz > 0).then(|| std::time::UNIX_EPOCH + std::time::Duration::from_secs(boot + ticks / hz))
 }
 
 /// The counters of this process as the JSON report (the RMCP_STATS_FILE schema), for
@@ -462,6 +530,43 @@ mod tests {
         let json = serde_json::to_value(&two).unwrap();
         assert_eq!(json["runtimes"][0]["file"], "/l/libamdhip64.so.6.4.43484");
         assert_eq!(json["runtime"]["path"], "/l/libamdhip64.so.6");
+    }
+
+    #[test]
+    fn a_report_replaced_is_named_when_written_while_this_process_ran() {
+        use crate::log::Replaced;
+        let path = std::path::Path::new("/t/x.json");
+        let now = Some(std::time::SystemTime::now());
+        let other = |pid: u32, modified| Replaced {
+            data: format!("{{\"pid\": {pid}}}").into_bytes(),
+            modified,
+        };
+        let line = replaced_warning(&other(77, now), 42, path).unwrap();
+        assert!(
+            line.starts_with(
+                "rmcp[42] warn: RMCP_STATS_FILE /t/x.json: this report replaced \
+                 the report of process 77"
+            ),
+            "{line}"
+        );
+        assert_eq!(replaced_warning(&other(42, now), 42, path), None, "its own");
+        let old = Some(std::time::UNIX_EPOCH);
+        assert_eq!(
+            replaced_warning(&other(77, old), 42, path),
+            None,
+            "a previous run's"
+        );
+        let torn = Replaced {
+            data: b"{\"pid\": 7".to_vec(),
+            modified: now,
+        };
+        assert!(
+            replaced_warning(&torn, 42, path)
+                .unwrap()
+                .contains("a file that was not a whole report")
+        );
+        let start = process_start().expect("/proc is there");
+        assert!(start <= std::time::SystemTime::now());
     }
 
     #[test]

@@ -60,6 +60,21 @@ impl ThreadState {
         self.inside.get()
     }
 
+    /// Marks the thread as inside a hook without a guard, for the hook's own frame: that
+    /// frame calls the runtime, which a thread cancellation may unwind, and must then have
+    /// nothing to unwind (`crate::cancel`). Paired with [`ThreadState::leave`]; a thread
+    /// cancelled in the runtime ends with the flag set, and calls made by its cleanup are
+    /// forwarded unchanged.
+    #[inline(always)]
+    pub(crate) fn mark_inside(&self) {
+        self.inside.set(true);
+    }
+
+    #[inline(always)]
+    pub(crate) fn leave(&self) {
+        self.inside.set(false);
+    }
+
     pub(crate) fn enter(&self) -> Entered<'_> {
         self.inside.set(true);
         Entered(self)

@@ -115,6 +115,27 @@ pub fn ctor_lib() -> PathBuf {
     PathBuf::from(env!("RMCP_CTOR_LIB"))
 }
 
+/// tests/c/nw_plugin.c as `libnwplugin.so` linked to the fake `.so.<major>` (5 or 6), no
+/// soname: nw_host, nw_device, nw_count.
+pub fn nw_plugin(major: u8) -> PathBuf {
+    PathBuf::from(match major {
+        5 => env!("RMCP_NW_PLUGIN_5"),
+        6 => env!("RMCP_NW_PLUGIN_6"),
+        _ => panic!("no nw_plugin for .so.{major}"),
+    })
+}
+
+/// tests/c/never_worse.c: the loading shapes of issue 22, one subcommand each.
+pub fn never_worse_client() -> PathBuf {
+    PathBuf::from(env!("RMCP_NW_CLIENT"))
+}
+
+/// tests/c/nw_sites.c: many call sites of hipMalloc in one object, with a counting malloc;
+/// linked to .so.6.
+pub fn nw_sites() -> PathBuf {
+    PathBuf::from(env!("RMCP_NW_SITES"))
+}
+
 /// tests/c/asan_app.c built with `-fsanitize=address` and linked to .so.6 (DT_NEEDED
 /// ASan's shared runtime), or None when the C compiler could not build it: the test then
 /// skips, saying why. With RMCP_REQUIRE_REAL_HIP=1 or CI set, that fails the test instead.
