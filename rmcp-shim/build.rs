@@ -79,7 +79,9 @@ fn main() {
     for (_, name) in rmcp_core::registry::HOOKS.iter() {
         let _ = writeln!(script, "    {name};");
     }
-    script.push_str("    dlsym;\n    rmcp_shim_stats;\n  local: *;\n};\n");
+    script.push_str(
+        "    dlsym;\n    dlclose;\n    rmcp_shim_stats;\n    rmcp_front_next;\n  local: *;\n};\n",
+    );
     let map = out.join("front.map");
     std::fs::write(&map, script).expect("write the front's version script");
 
@@ -103,6 +105,9 @@ fn main() {
         "-nostartfiles",
         "-Wl,-z,defs",
         "-Wl,-z,relro",
+        // Never unmapped, even when dlopened and dlclosed (issue 22): the body, mapped
+        // RTLD_NODELETE, keeps pointers into it, and its atfork and exit handlers use them.
+        "-Wl,-z,nodelete",
         "-Wl,-z,noexecstack",
         // The loader functions are weak references (front/sys.rs): libdl.so.2, where the
         // glibc built against keeps them, is not made a dependency.
@@ -141,6 +146,9 @@ fn main() {
         "front/abi.rs",
         "front/body.rs",
         "front/sys.rs",
+        "front/fork.rs",
+        "front/installs.rs",
+        "front/unattached.rs",
         "../rmcp-sys/src/hooks.rs",
         "build.rs",
     ] {

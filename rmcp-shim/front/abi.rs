@@ -16,7 +16,7 @@ use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Bumped whenever `Front` or `Body` changes.
-pub const ABI: u32 = 3;
+pub const ABI: u32 = 5;
 
 /// glibc's `dlsym`, or a wrapper with its signature.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -60,6 +60,14 @@ pub struct Front<const HOOKS: usize> {
     /// The offset of the per-thread state block (16 bytes of initial-exec TLS in the front)
     /// from the thread pointer.
     pub thread_offset: AtomicUsize,
+    /// Bumped by the front's `dlclose` after every `dlclose` of the process returns: what
+    /// the body remembers about loaded objects (who calls, where calls go) holds only for
+    /// the generation it was learnt in.
+    pub generation: AtomicU64,
+    /// 1 in a fork child whose parent forked while another thread was inside dlopen or
+    /// dlclose: the loader's state stays inconsistent in the child, and glibc asserts in the
+    /// next dlopen, so the body must not call it (issue 22, shape 4).
+    pub loader_inconsistent: AtomicU32,
     /// The front's export for each hook, in `Hook` order.
     pub exports: [Addr; HOOKS],
 }
@@ -73,6 +81,9 @@ pub struct Body<const HOOKS: usize> {
     pub reserved: u32,
     pub lookup: LookupFn,
     pub stats: StatsFn,
+    /// Called by the front's fork handler in the parent, before every fork, once the body is
+    /// attached: whatever a child could otherwise only learn from the loader, learnt now.
+    pub before_fork: extern "C" fn(),
     /// The body's entry for each hook, in `Hook` order; never null.
     pub entries: [*const c_void; HOOKS],
 }
@@ -98,6 +109,17 @@ impl<const HOOKS: usize> Front<HOOKS> {
     /// The dlsym after the front, once found.
     pub fn next_dlsym(&self) -> Option<DlsymFn> {
         fn_at(self.next_dlsym.load(Ordering::Acquire))
+    }
+
+    /// The current generation (see the field): one load.
+    #[inline(always)]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether dlopen may not be called in this process (see the field).
+    pub fn loader_inconsistent(&self) -> bool {
+        self.loader_inconsistent.load(Ordering::Acquire) != 0
     }
 
     /// What descriptor 2 was at load: Some(Some((dev, ino))) when open, Some(None) when

@@ -25,6 +25,7 @@ const FAILED: u32 = 2;
 static STATE: AtomicU32 = AtomicU32::new(UNTRIED);
 static LOOKUP: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static STATS: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static BEFORE_FORK: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The front's one piece of work at load: what descriptor 2 is, so that the body writes to
 /// it only while it is still the process's stderr.
@@ -68,12 +69,7 @@ fn say(parts: &[&[u8]]) {
 
 /// The file this object was mapped from (absolute, symlinks followed), into `out`.
 fn own_file(loader: &sys::Loader, out: &mut Buf<PATH_MAX>) -> Option<()> {
-    let mut info = sys::DlInfo {
-        dli_fname: core::ptr::null(),
-        dli_fbase: core::ptr::null_mut(),
-        dli_sname: core::ptr::null(),
-        dli_saddr: core::ptr::null_mut(),
-    };
+    let mut info = sys::DlInfo::EMPTY;
     let me = (&raw const FRONT).cast::<c_void>();
     // SAFETY: dladdr reads the loader's tables and fills `info`.
     let found = unsafe { (loader.dladdr)(me, &mut info) } != 0;
@@ -235,12 +231,23 @@ pub fn attach() -> bool {
         return fail(&[path.to_bytes(), b" lacks a hook"]);
     }
     STATS.store(body.stats as *mut c_void, Ordering::Release);
+    BEFORE_FORK.store(body.before_fork as *mut c_void, Ordering::Release);
     LOOKUP.store(body.lookup as *mut c_void, Ordering::Release);
     for (slot, entry) in crate::ENTRIES.iter().zip(body.entries) {
         slot.store(entry.cast_mut(), Ordering::Release);
     }
     STATE.store(ATTACHED, Ordering::Release);
     true
+}
+
+/// Whether the body is attached.
+pub fn attached() -> bool {
+    STATE.load(Ordering::Acquire) == ATTACHED
+}
+
+/// Whether the body is attached or attaching it has failed: nothing left to try.
+pub fn settled() -> bool {
+    STATE.load(Ordering::Acquire) != UNTRIED
 }
 
 /// Whether attaching the body was tried and failed.
@@ -261,4 +268,11 @@ pub fn stats() -> Option<abi::StatsFn> {
     let p = STATS.load(Ordering::Acquire);
     // SAFETY: as for `lookup`.
     (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, abi::StatsFn>(p) })
+}
+
+/// The body's step before a fork, once attached.
+pub fn before_fork() -> Option<extern "C" fn()> {
+    let p = BEFORE_FORK.load(Ordering::Acquire);
+    // SAFETY: as for `lookup`.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, extern "C" fn()>(p) })
 }

@@ -56,9 +56,12 @@ compile_error!("the front is written for x86-64 Linux only");
 #[allow(dead_code)]
 mod abi;
 mod body;
+mod fork;
+mod installs;
 mod sys;
+mod unattached;
 
-use core::ffi::{CStr, c_char, c_void};
+use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use abi::{Addr, DlsymFn, Front};
@@ -153,6 +156,8 @@ macro_rules! front_hooks {
             next: next_after_front,
             dlsym_export: Addr((&raw const OWN_DLSYM).cast()),
             thread_offset: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            loader_inconsistent: AtomicU32::new(0),
             exports: [$( Addr((&raw const labels::own::$name).cast()) ),*],
         };
     };
@@ -270,6 +275,7 @@ core::arch::global_asm!(
 /// The front's initialiser, run by the loader when it maps the object.
 extern "C" fn init() {
     body::record_stderr();
+    fork::register();
 }
 
 #[used]
@@ -318,10 +324,17 @@ fn glibc_dlsym() -> DlsymFn {
 /// order. A real call, never a tail jump (the result is kept past it), so that glibc sees
 /// this object as the caller.
 #[inline(never)]
-unsafe extern "C" fn next_after_front(name: *const c_char) -> *mut c_void {
+unsafe fn raw_next(name: *const c_char) -> *mut c_void {
     // SAFETY: `name` is NUL-terminated (the callers' contract); dlsym only reads it.
     let p = unsafe { glibc_dlsym()(sys::RTLD_NEXT, name) };
     core::hint::black_box(p)
+}
+
+/// The next definition of `name` after the shim: after this object, and after any other
+/// install of the shim that follows it (`installs`).
+unsafe extern "C" fn next_after_front(name: *const c_char) -> *mut c_void {
+    // SAFETY: the callers' contract.
+    installs::skip(unsafe { raw_next(name) }, name)
 }
 
 /// The next dlsym after this object (a wrapper preloaded after the shim, or glibc's).
@@ -337,6 +350,40 @@ extern "C" fn find_next_dlsym() -> usize {
     }
     FRONT.next_dlsym.store(p, Ordering::Release);
     p
+}
+
+// ---- dlclose ---------------------------------------------------------------------------
+
+/// The dlclose after this object (another wrapper's, or glibc's), found once.
+fn next_dlclose() -> Option<sys::DlcloseFn> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let mut p = NEXT.load(Ordering::Acquire);
+    if p == 0 {
+        // SAFETY: a NUL-terminated name.
+        p = unsafe { next_after_front(c"dlclose".as_ptr()) } as usize;
+        NEXT.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is null or the next definition of `dlclose`, with its C signature.
+    (p != 0).then(|| unsafe { core::mem::transmute::<usize, sys::DlcloseFn>(p) })
+}
+
+/// `int dlclose(void *handle)`: the next dlclose's answer, unchanged; once it has returned,
+/// the generation of loaded objects moves on (`abi::Front::generation`), so that the body
+/// forgets what it learnt about objects that may be gone (issue 22: a library unloaded and
+/// another mapped at its address must not inherit its callers' bindings). glibc's dlclose
+/// does not read its caller's address, so this is a plain call.
+///
+/// # Safety
+/// dlclose's contract: `handle` came from dlopen.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let Some(close) = next_dlclose() else {
+        return -1;
+    };
+    // SAFETY: the caller's handle, as it passed it.
+    let rc = unsafe { close(handle) };
+    FRONT.generation.fetch_add(1, Ordering::AcqRel);
+    rc
 }
 
 /// Fills what the body reads from `FRONT` that is not known before the process runs.
@@ -364,12 +411,7 @@ fn in_callers_tree(ret: usize, name: *const c_char, own: *const c_void) -> *mut 
     let Some(loader) = sys::loader() else {
         return core::ptr::null_mut();
     };
-    let mut info = sys::DlInfo {
-        dli_fname: core::ptr::null(),
-        dli_fbase: core::ptr::null_mut(),
-        dli_sname: core::ptr::null(),
-        dli_saddr: core::ptr::null_mut(),
-    };
+    let mut info = sys::DlInfo::EMPTY;
     // SAFETY: dladdr reads the loader's tables and fills `info`; `ret` is only compared.
     if unsafe { (loader.dladdr)(ret as *const c_void, &mut info) } == 0
         || info.dli_fname.is_null()
@@ -387,7 +429,9 @@ fn in_callers_tree(ret: usize, name: *const c_char, own: *const c_void) -> *mut 
     // given back.
     let p = unsafe {
         let p = glibc_dlsym()(h, name);
-        (loader.dlclose)(h);
+        if let Some(close) = next_dlclose() {
+            close(h);
+        }
         p
     };
     if p.cast_const() == own {
@@ -411,17 +455,26 @@ extern "C" fn resolve(hook: u32, ret: usize) -> *mut c_void {
     ) else {
         return unavailable as *mut c_void;
     };
-    if body::attach() {
+    let name = name.as_ptr().cast::<c_char>();
+    if installs::standing_aside() {
+        // The first install's export: the same for every caller, so kept.
+        let p = installs::first(name);
+        if !p.is_null() && p.cast_const() != own.0 {
+            slot.store(p, Ordering::Release);
+            return p;
+        }
+    } else if body::attach() {
         return slot.load(Ordering::Acquire);
     }
-    // SAFETY: a NUL-terminated name from NAMES.
-    let p = unsafe { next_after_front(name.as_ptr().cast()) };
-    if !p.is_null() {
-        // The same for every caller: keep it.
-        slot.store(p, Ordering::Release);
-        return p;
-    }
-    let p = in_callers_tree(ret, name.as_ptr().cast(), own.0);
+    let p = unattached::function(hook as usize, ret, || {
+        // SAFETY: a NUL-terminated name from NAMES.
+        let p = unsafe { next_after_front(name) };
+        if p.is_null() {
+            in_callers_tree(ret, name, own.0)
+        } else {
+            p
+        }
+    });
     if p.is_null() {
         unavailable as *mut c_void
     } else {
@@ -441,6 +494,9 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> *mu
     let Some(hook) = NAMES.iter().position(|n| *n == wanted) else {
         return find_next_dlsym() as *mut c_void;
     };
+    if installs::standing_aside() {
+        return find_next_dlsym() as *mut c_void;
+    }
     if let Some(lookup) = body::lookup() {
         return lookup as *mut c_void;
     }
@@ -482,6 +538,15 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> *mu
 /// attached.
 #[unsafe(no_mangle)]
 pub extern "C" fn rmcp_shim_stats(buf: *mut c_char, len: usize) -> usize {
+    if installs::standing_aside() {
+        let first = installs::first(c"rmcp_shim_stats".as_ptr());
+        if first.is_null() {
+            return 0;
+        }
+        // SAFETY: the first install's `rmcp_shim_stats`, of this signature.
+        let first = unsafe { core::mem::transmute::<*mut c_void, abi::StatsFn>(first) };
+        return first(buf, len);
+    }
     if !body::attach() {
         return 0;
     }

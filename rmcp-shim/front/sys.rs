@@ -4,6 +4,9 @@
 //! dependency is libc.so.6 and it names no libc symbol newer than glibc 2.3 (the wheel
 //! links against glibc 2.28, where `fstat` is not yet a symbol).
 //!
+//! `dlclose` is not among them: the front exports its own (front.rs), which reaches the next
+//! one through `dlsym(RTLD_NEXT)`.
+//!
 //! The loader functions are weak undefined references: built against glibc 2.34 or later
 //! (cargo on this project's machines) they are libc's; built against older glibc (the
 //! wheel: manylinux_2_28, through zig) they live in libdl.so.2, which a weak reference does
@@ -24,6 +27,16 @@ pub struct DlInfo {
     pub dli_fbase: *mut c_void,
     pub dli_sname: *const c_char,
     pub dli_saddr: *mut c_void,
+}
+
+impl DlInfo {
+    /// All null, for dladdr to fill.
+    pub const EMPTY: DlInfo = DlInfo {
+        dli_fname: core::ptr::null(),
+        dli_fbase: core::ptr::null_mut(),
+        dli_sname: core::ptr::null(),
+        dli_saddr: core::ptr::null_mut(),
+    };
 }
 
 pub const RTLD_LAZY: c_int = 0x1;
@@ -47,7 +60,6 @@ unsafe extern "C" {
     fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
     fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
     fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
-    fn dlclose(handle: *mut c_void) -> c_int;
     fn dlerror() -> *const c_char;
     /// libc's `getenv`, bound lazily (below).
     #[link_name = "rmcp_front_getenv"]
@@ -55,13 +67,35 @@ unsafe extern "C" {
     /// libc's `realpath`, bound lazily (below).
     #[link_name = "rmcp_front_realpath"]
     pub fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char;
+    /// libc's `__register_atfork` (GLIBC_2.3.2; what `pthread_atfork` calls), bound lazily.
+    #[link_name = "rmcp_front_register_atfork"]
+    pub fn register_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+        dso: *const c_void,
+    ) -> c_int;
+    /// libc's `dl_iterate_phdr`, bound lazily.
+    #[link_name = "rmcp_front_dl_iterate_phdr"]
+    pub fn dl_iterate_phdr(
+        callback: extern "C" fn(*const DlPhdrInfo, usize, *mut c_void) -> c_int,
+        data: *mut c_void,
+    ) -> c_int;
+}
+
+/// The start of `struct dl_phdr_info` (link.h): all the front reads.
+#[repr(C)]
+pub struct DlPhdrInfo {
+    pub dlpi_addr: usize,
+    pub dlpi_name: *const c_char,
 }
 
 // What a process pays for at load is what the loader binds then. Rust calls external
 // functions through the GOT, which the loader fills at load, one symbol lookup each; C calls
 // them through the PLT, bound on first call. The front calls libc only on paths a process
 // without HIP never takes, so:
-// - `getenv` and `realpath` are reached through PLT jumps, bound on first use;
+// - `getenv`, `realpath`, `__register_atfork` and `dl_iterate_phdr` are reached through
+//   PLT jumps, bound on first use;
 // - the four functions the compiler itself calls (`memset`, `memmove`, `bcmp`, `strlen`)
 //   are defined here, hidden, so nothing binds them at all. They are plain string
 //   instructions: the front's uses are a few kilobytes at most, on cold paths.
@@ -77,6 +111,16 @@ core::arch::global_asm!(
     ".type rmcp_front_realpath, @function",
     "rmcp_front_realpath:",
     "jmp realpath@PLT",
+    ".globl rmcp_front_register_atfork",
+    ".hidden rmcp_front_register_atfork",
+    ".type rmcp_front_register_atfork, @function",
+    "rmcp_front_register_atfork:",
+    "jmp __register_atfork@PLT",
+    ".globl rmcp_front_dl_iterate_phdr",
+    ".hidden rmcp_front_dl_iterate_phdr",
+    ".type rmcp_front_dl_iterate_phdr, @function",
+    "rmcp_front_dl_iterate_phdr:",
+    "jmp dl_iterate_phdr@PLT",
     // void *memset(void *d, int c, size_t n)
     ".globl memset",
     ".hidden memset",
@@ -147,7 +191,6 @@ core::arch::global_asm!(
     ".weak dlopen",
     ".weak dlvsym",
     ".weak dladdr",
-    ".weak dlclose",
     ".weak dlerror"
 );
 
@@ -173,7 +216,6 @@ macro_rules! weak_address {
 pub struct Loader {
     pub dlopen: DlopenFn,
     pub dladdr: DladdrFn,
-    pub dlclose: DlcloseFn,
     pub dlerror: DlerrorFn,
 }
 
@@ -182,7 +224,6 @@ pub fn loader() -> Option<Loader> {
     let addrs = [
         weak_address!(dlopen),
         weak_address!(dladdr),
-        weak_address!(dlclose),
         weak_address!(dlerror),
     ];
     if addrs.contains(&0) || dlvsym_fn().is_none() {
@@ -196,8 +237,7 @@ pub fn loader() -> Option<Loader> {
         Some(Loader {
             dlopen: transmute::<usize, DlopenFn>(addrs[0]),
             dladdr: transmute::<usize, DladdrFn>(addrs[1]),
-            dlclose: transmute::<usize, DlcloseFn>(addrs[2]),
-            dlerror: transmute::<usize, DlerrorFn>(addrs[3]),
+            dlerror: transmute::<usize, DlerrorFn>(addrs[2]),
         })
     }
 }

@@ -159,7 +159,8 @@ fn resolve(object: &LoadedObject, cfg: &Config) -> Binding {
             }
         })
     };
-    let api = locate::with_handle(object, |h| lookup(Some(h))).unwrap_or_else(|| lookup(None));
+    let api =
+        crate::front::with_handle(object, |h| lookup(Some(h))).unwrap_or_else(|| lookup(None));
     let copy = api
         .address_of("hipMalloc")
         .or(api.address_of("hipHostMalloc"))
@@ -206,7 +207,7 @@ fn in_tree(handle: *mut c_void, name: *const c_char, own: usize) -> *mut c_void 
 /// RTLD_DEFAULT, after the global scope).
 pub(crate) fn in_callers_tree(ret: usize, name: *const c_char, own: usize) -> *mut c_void {
     locate::loaded_object(ret)
-        .and_then(|o| locate::with_handle(&o, |h| in_tree(h, name, own)))
+        .and_then(|o| crate::front::with_handle(&o, |h| in_tree(h, name, own)))
         .unwrap_or(null_mut())
 }
 

@@ -74,7 +74,7 @@ pub(crate) fn first_mapped() -> Option<&'static Copy> {
 /// The address of `hipMalloc` in the object loaded at `base`.
 fn in_object(base: usize) -> Option<usize> {
     let object = locate::loaded_object(base)?;
-    let p = locate::with_handle(&object, |h| {
+    let p = crate::front::with_handle(&object, |h| {
         // SAFETY: `h` is a live dlopen handle; the name is NUL-terminated.
         unsafe { crate::front::glibc_dlsym()(h, c"hipMalloc".as_ptr()) }
     })?;
@@ -91,7 +91,7 @@ fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
 
 fn new_copy(object: &LoadedObject) -> Copy {
     let glibc = crate::front::glibc_dlsym();
-    let api = locate::with_handle(object, |h| {
+    let api = crate::front::with_handle(object, |h| {
         HipApi::resolve(|name| {
             // SAFETY: `h` is a live dlopen handle; `name` is NUL-terminated. The copy's own
             // search list starts with the copy.

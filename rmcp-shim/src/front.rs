@@ -75,6 +75,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
             reserved: 0,
             lookup: crate::dlsym::lookup,
             stats: crate::exports::stats,
+            before_fork,
             entries: HOOKS.map(|(hook, _)| crate::exports::entry(hook)),
         };
         // SAFETY: the caller's contract: `body` is writable and sized for a Body.
@@ -82,6 +83,16 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
         0
     })
     .unwrap_or(1)
+}
+
+/// The front's fork handler calls this in the parent before every fork once the body is
+/// attached (`abi::Body::before_fork`): the shared state is built here, not in a child
+/// whose loader may be unusable (issue 22, shape 4). Never panics or unwinds.
+extern "C" fn before_fork() {
+    let _no_cancel = crate::cancel::NoCancel::new();
+    let _ = catch_unwind(|| {
+        crate::state::global();
+    });
 }
 
 // The front calls this through `abi::AttachFn`: the compiler checks that they agree.
@@ -131,6 +142,33 @@ pub(crate) fn thread_block() -> Option<*mut u64> {
         core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags));
     }
     Some(tp.wrapping_add(f.thread_offset.load(Ordering::Relaxed)) as *mut u64)
+}
+
+/// The generation of loaded objects: it changes after every `dlclose` that returns (the
+/// front's `dlclose`), so anything learnt about an object under an older one may be stale.
+/// 0 without a front (unit tests).
+#[inline(always)]
+#[allow(dead_code)] // binding.rs and copies.rs take it up next (issue 22)
+pub(crate) fn generation() -> u64 {
+    get().map_or(0, Front::generation)
+}
+
+/// Whether dlopen must not be called here: a fork child whose parent forked mid-dlopen
+/// (the front's fork handler says so). False without a front.
+pub(crate) fn loader_inconsistent() -> bool {
+    get().is_some_and(Front::loader_inconsistent)
+}
+
+/// Runs `f` with a dlsym handle for `object` (`locate::with_handle`), unless dlopen must not
+/// be called in this process; None then, as when no handle can be had.
+pub(crate) fn with_handle<R>(
+    object: &rmcp_sys::locate::LoadedObject,
+    f: impl FnOnce(*mut c_void) -> R,
+) -> Option<R> {
+    if loader_inconsistent() {
+        return None;
+    }
+    rmcp_sys::locate::with_handle(object, f)
 }
 
 /// A pointer inside the front, for "is this handle the shim's own" (dladdr on it).
