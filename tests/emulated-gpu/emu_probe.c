@@ -12,10 +12,9 @@
  *   count                hipGetDeviceCount -> "count=N"
  *   arch                 hipGetDeviceProperties(0) -> "arch=gfx..." (gcnArchName)
  *   FUNC:SIZE:FLAGS      a hooked allocation, then its free (hipFree, hipHostFree,
- *                        hipHostUnregister; hipMallocAsync/FromPoolAsync: hipFreeAsync +
- *                        hipStreamSynchronize(0)); hipHostRegister registers a page-aligned
+ *                        hipHostUnregister; hipMallocAsync/FromPoolAsync: on a new stream,
+ *                        then hipFreeAsync + hipStreamSynchronize); hipHostRegister registers a page-aligned
  *                        buffer of SIZE bytes from mmap
- *   malloc:SIZE          hipMalloc + hipFree, not marked as a hooked call
  *   h2d:SIZE / d2h:SIZE  hipMemcpy between a malloc'd host buffer and a hipMalloc'd one
  *   memset:SIZE          hipMemset on a hipMalloc'd buffer
  *   sync                 hipDeviceSynchronize
@@ -101,17 +100,22 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 	else if (!strcmp(fn, "hipMallocManaged"))
 		rc = hipMallocManaged(&p, size, flags);
 	else if (!strcmp(fn, "hipMallocAsync") || !strcmp(fn, "hipMallocFromPoolAsync")) {
-		if (!strcmp(fn, "hipMallocAsync")) {
-			rc = hipMallocAsync(&p, size, NULL);
-		} else {
+		/* On a stream of its own: 5.2.3's hipMallocAsync dereferences a NULL stream. */
+		void *stream = NULL;
+		rc = CALL(f_p, "hipStreamCreate", &stream);
+		if (!rc && !strcmp(fn, "hipMallocAsync")) {
+			rc = hipMallocAsync(&p, size, stream);
+		} else if (!rc) {
 			void *pool = NULL;
 			rc = CALL(f_ppi, "hipDeviceGetDefaultMemPool", &pool, 0);
-			rc = rc ? rc : hipMallocFromPoolAsync(&p, size, pool, NULL);
+			rc = rc ? rc : hipMallocFromPoolAsync(&p, size, pool, stream);
 		}
 		if (!rc)
-			frc = CALL(f_pp, "hipFreeAsync", p, NULL);
-		if (!frc)
-			frc = CALL(f_p, "hipStreamSynchronize", NULL);
+			frc = CALL(f_pp, "hipFreeAsync", p, stream);
+		if (!frc && stream)
+			frc = CALL(f_p, "hipStreamSynchronize", stream);
+		/* The stream is left: on the emulated device 5.2.3's hipStreamDestroy spins after
+		 * hipFreeAsync (libamdhip64 waits for a pointer no packet sets). */
 		snprintf(detail, dn, "free=%d", frc);
 		return rc ? rc : frc;
 	} else if (!strcmp(fn, "hipHostRegister")) {

@@ -42,6 +42,7 @@
 #include <execinfo.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <link.h>
 #include <linux/kfd_ioctl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -500,6 +501,40 @@ EXPORT int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags)
 	return fstatat(dirfd, path, (struct stat *)st, flags);
 }
 
+static void fake_statx(int which, int gpu, struct statx *st)
+{
+	struct stat s;
+	fake_stat(which, gpu, &s);
+	memset(st, 0, sizeof *st);
+	st->stx_mask = STATX_BASIC_STATS;
+	st->stx_mode = s.st_mode;
+	st->stx_nlink = 1;
+	st->stx_blksize = 4096;
+	st->stx_rdev_major = major(s.st_rdev);
+	st->stx_rdev_minor = minor(s.st_rdev);
+}
+
+/* Rust's std::fs::metadata calls statx. */
+EXPORT int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *st)
+{
+	char buf[1024];
+	const char *m;
+	int which, gpu = 0;
+	init();
+	REAL(int, statx, int, const char *, int, unsigned, struct statx *);
+	if (path && !*path && (flags & AT_EMPTY_PATH) && kind_of(dirfd)) {
+		fake_statx(kind_of(dirfd) == FD_KFD ? 1 : 2, S.fd_gpu[dirfd], st);
+		return 0;
+	}
+	if (!in_emu && (which = dev_node(path, &gpu))) {
+		fake_statx(which, gpu, st);
+		return 0;
+	}
+	if (!in_emu && (m = map_path(path, buf, sizeof buf)))
+		path = m;
+	return real_statx(dirfd, path, flags, mask, st);
+}
+
 EXPORT int fstat(int fd, struct stat *st)
 {
 	REAL(int, fstat, int, struct stat *);
@@ -685,48 +720,62 @@ static const char *base_of(const char *p)
 	return b ? b + 1 : p;
 }
 
-/* frames: innermost ROCm frames as object+offset (and the nearest exported symbol);
- * api: the outermost libamdhip64 frame's symbol; caller: the object that called ROCm. */
+/* The exported function holding pc, or NULL: dladdr1's symbol, when pc is inside it
+ * (st_size), so an internal function is never named after its exported neighbour. */
+static const char *sym_of(void *pc, Dl_info *di)
+{
+	const ElfW(Sym) *sym = NULL;
+	if (!dladdr1(pc, di, (void **)&sym, RTLD_DL_SYMENT) || !di->dli_fname)
+		return NULL;
+	if (!sym || !di->dli_sname || !di->dli_saddr ||
+	    (char *)pc >= (char *)di->dli_saddr + sym->st_size)
+		return NULL;
+	return di->dli_sname;
+}
+
+/* frames: the innermost ROCm frames (object+offset, and the exported function holding it,
+ * when there is one); api / hsa / kmt: the outermost frame in libamdhip64 /
+ * libhsa-runtime64 / libhsakmt, named when exported (the entry point each layer was
+ * called through); caller: the object that called ROCm (the application, rmcp's shim). */
 static void put_frames(struct out *o)
 {
 	void *pc[64];
-	int n = backtrace(pc, 64), shown = 0, last_hip = -1, first_rocm = -1;
+	int n = backtrace(pc, 64), shown = 0, top = -1;
+	const char *outer[3] = { NULL, NULL, NULL };
+	static const char *const layer[3] = { "libamdhip64", "libhsa-runtime64", "libhsakmt" };
 	Dl_info di;
 	put(o, ",\"frames\":[");
 	for (int i = 0; i < n; i++) {
-		if (!dladdr(pc[i], &di) || !di.dli_fname || !is_rocm(di.dli_fname))
+		const char *sym = sym_of(pc[i], &di);
+		if (!di.dli_fname || !is_rocm(di.dli_fname))
 			continue;
-		if (first_rocm < 0)
-			first_rocm = i;
-		if (strstr(base_of(di.dli_fname), "libamdhip64"))
-			last_hip = i;
-		if (shown < 6) {
+		top = i;
+		for (int l = 0; l < 3; l++)
+			if (!strncmp(base_of(di.dli_fname), layer[l], strlen(layer[l])))
+				outer[l] = sym ? sym : "?";
+		if (shown < 12) {
 			put(o, "%s{\"obj\":", shown ? "," : "");
 			put_str(o, base_of(di.dli_fname));
 			put(o, ",\"off\":\"0x%lx\"", (unsigned long)((char *)pc[i] - (char *)di.dli_fbase));
-			if (di.dli_sname) {
-				put(o, ",\"near\":");
-				put_str(o, di.dli_sname);
+			if (sym) {
+				put(o, ",\"sym\":");
+				put_str(o, sym);
 			}
 			put(o, "}");
 			shown++;
 		}
 	}
 	put(o, "]");
-	if (last_hip >= 0 && dladdr(pc[last_hip], &di) && di.dli_sname) {
-		put(o, ",\"api\":");
-		put_str(o, di.dli_sname);
-	}
-	/* the first frame outside ROCm, above the outermost ROCm frame */
-	int top = -1;
-	for (int i = 0; i < n; i++)
-		if (dladdr(pc[i], &di) && di.dli_fname && is_rocm(di.dli_fname))
-			top = i;
+	static const char *const key[3] = { "api", "hsa", "kmt" };
+	for (int l = 0; l < 3; l++)
+		if (outer[l]) {
+			put(o, ",\"%s\":", key[l]);
+			put_str(o, outer[l]);
+		}
 	if (top >= 0 && top + 1 < n && dladdr(pc[top + 1], &di) && di.dli_fname) {
 		put(o, ",\"caller\":");
 		put_str(o, base_of(di.dli_fname));
 	}
-	(void)first_rocm;
 }
 
 EXPORT void emugpu_mark(const char *text)
@@ -901,6 +950,9 @@ static void complete(uint64_t sig)
 {
 	if (!sig)
 		return;
+	uint64_t ts = now_ns(CLOCK_MONOTONIC_RAW) / 10; /* the GPU clock of GET_CLOCK_COUNTERS */
+	*(volatile uint64_t *)(uintptr_t)(sig + 32) = ts; /* start_ts */
+	*(volatile uint64_t *)(uintptr_t)(sig + 40) = ts; /* end_ts */
 	__atomic_sub_fetch((int64_t *)(uintptr_t)(sig + 8), 1, __ATOMIC_ACQ_REL);
 	uint64_t mailbox = *(volatile uint64_t *)(uintptr_t)(sig + 16);
 	uint32_t id = *(volatile uint32_t *)(uintptr_t)(sig + 24);
