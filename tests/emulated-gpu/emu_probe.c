@@ -7,7 +7,8 @@
  * dlsym(RTLD_DEFAULT), so the fake runtime need not define them.
  *
  * Each step is bracketed with emugpu_mark("begin STEP") / ("end STEP rc=N") in the
- * emulator's log, and prints one line "STEP rc=N [detail]". Steps:
+ * emulator's log (a hooked call also with "call FUNC" / "free FUNC" around the call
+ * itself), and prints one line "STEP rc=N [detail]". Steps:
  *   init                 hipInit(0)
  *   count                hipGetDeviceCount -> "count=N"
  *   arch                 hipGetDeviceProperties(0) -> "arch=gfx..." (gcnArchName)
@@ -41,6 +42,16 @@ hipError_t hipMallocAsync(void **p, size_t n, void *stream);
 hipError_t hipMallocFromPoolAsync(void **p, size_t n, void *pool, void *stream);
 
 static void (*mark)(const char *);
+
+/* "call" right before the hooked call, "free" right after it returned: what the driver
+ * receives in between is the call's own (kfd_table.py). */
+static void phase(const char *what, const char *fn)
+{
+	char buf[160];
+	snprintf(buf, sizeof buf, "%s %s", what, fn);
+	if (mark)
+		mark(buf);
+}
 
 static void *hip(const char *name)
 {
@@ -85,6 +96,9 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 	void *p = NULL;
 	hipError_t rc, frc = 0;
 	int host = 0;
+	if (strcmp(fn, "hipMallocAsync") && strcmp(fn, "hipMallocFromPoolAsync") &&
+	    strcmp(fn, "hipHostRegister"))
+		phase("call", fn);
 	if (!strcmp(fn, "hipMalloc"))
 		rc = hipMalloc(&p, size);
 	else if (!strcmp(fn, "hipExtMallocWithFlags"))
@@ -104,12 +118,15 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 		void *stream = NULL;
 		rc = CALL(f_p, "hipStreamCreate", &stream);
 		if (!rc && !strcmp(fn, "hipMallocAsync")) {
+			phase("call", fn);
 			rc = hipMallocAsync(&p, size, stream);
 		} else if (!rc) {
 			void *pool = NULL;
 			rc = CALL(f_ppi, "hipDeviceGetDefaultMemPool", &pool, 0);
+			phase("call", fn);
 			rc = rc ? rc : hipMallocFromPoolAsync(&p, size, pool, stream);
 		}
+		phase("free", fn);
 		if (!rc)
 			frc = CALL(f_pp, "hipFreeAsync", p, stream);
 		if (!frc && stream)
@@ -121,7 +138,9 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 	} else if (!strcmp(fn, "hipHostRegister")) {
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		memset(p, 1, size);
+		phase("call", fn);
 		rc = hipHostRegister(p, size, flags);
+		phase("free", fn);
 		if (!rc)
 			frc = CALL(f_p, "hipHostUnregister", p);
 		munmap(p, size);
@@ -131,6 +150,7 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 		fprintf(stderr, "emu_probe: unknown function %s\n", fn);
 		exit(2);
 	}
+	phase("free", fn);
 	if (!rc && p)
 		frc = host ? CALL(f_p, "hipHostFree", p) : CALL(f_p, "hipFree", p);
 	snprintf(detail, dn, "free=%d", frc);

@@ -1039,6 +1039,11 @@ static const char *const KFD_NAMES[] = {
 /* linux 6.1 kfd_chardev.c: amdkfd_ioctls[] ends at AVAILABLE_MEMORY */
 #define KFD_NR_END 0x24
 
+/* KFD_IOCTL_SVM_FLAG_* bits 0-6; bit 7 EXT_COHERENT is newer than 6.1's uapi (6.7) */
+static const char *const SVM_FLAGS[] = { "HOST_ACCESS", "COHERENT", "HIVE_LOCAL", "GPU_RO",
+					 "GPU_EXEC", "GPU_READ_MOSTLY", "GPU_ALWAYS_MAPPED",
+					 "EXT_COHERENT" };
+
 static const char *const SVM_ATTRS[] = { "PREFERRED_LOC", "PREFETCH_LOC", "ACCESS",
 					 "ACCESS_IN_PLACE", "NO_ACCESS", "SET_FLAGS",
 					 "CLR_FLAGS", "GRANULARITY" };
@@ -1292,8 +1297,18 @@ static int kfd_ioctl(int fd, unsigned long req, void *arg)
 		    (uint64_t)a->start_addr, (uint64_t)a->size);
 		for (uint32_t i = 0; i < a->nattr; i++) {
 			uint32_t t = a->attrs[i].type;
-			put(&o, "%s{\"type\":\"%s\",\"value\":\"0x%x\"}", i ? "," : "",
+			put(&o, "%s{\"type\":\"%s\",\"value\":\"0x%x\"", i ? "," : "",
 			    t < 8 ? SVM_ATTRS[t] : "?", a->attrs[i].value);
+			if (t == KFD_IOCTL_SVM_ATTR_SET_FLAGS || t == KFD_IOCTL_SVM_ATTR_CLR_FLAGS) {
+				put(&o, ",\"names\":[");
+				for (unsigned b = 0, first = 1; b < 8; b++)
+					if (a->attrs[i].value & (1u << b)) {
+						put(&o, "%s\"%s\"", first ? "" : ",", SVM_FLAGS[b]);
+						first = 0;
+					}
+				put(&o, "]");
+			}
+			put(&o, "}");
 			if (t >= 8)
 				ret = -EINVAL;
 		}
@@ -1351,6 +1366,10 @@ static int amdgpu_info(struct gpu *g, struct drm_amdgpu_info *q, struct out *o)
 		memset(&d, 0, sizeof d);
 		unsigned cus = g->simd_count / (g->simd_per_cu ? g->simd_per_cu : 1);
 		d.device_id = g->device_id;
+		/* nv.c / soc21.c: external_rev_id = rev_id + 0x1 (GC 10.1.10, 11.0.0), + 0x32
+		 * (GC 10.3.2, gfx1031); rev_id 0 */
+		d.chip_rev = 0;
+		d.external_rev = g->gfx == 100301 ? 0x32 : 0x1;
 		d.family = g->gfx >= 110000 ? AMDGPU_FAMILY_GC_11_0_0 : AMDGPU_FAMILY_NV;
 		d.num_shader_engines = g->array_count / 2 ? g->array_count / 2 : 1;
 		d.num_shader_arrays_per_engine = 2;
@@ -1388,10 +1407,42 @@ static int amdgpu_info(struct gpu *g, struct drm_amdgpu_info *q, struct out *o)
 		m.gtt.max_allocation = 8ull << 30;
 		return copy_out(q, &m, sizeof m);
 	}
+	case AMDGPU_INFO_HW_IP_INFO: {
+		/* GFX / COMPUTE: the GC version of the fixture's gfx_target_version; SDMA: 5.0;
+		 * one ring each; IB alignments as gfx10/11 report them (amdgpu_hw_ip_info) */
+		struct drm_amdgpu_info_hw_ip ip;
+		uint32_t t = q->query_hw_ip.type;
+		memset(&ip, 0, sizeof ip);
+		put(o, ",\"hw_ip\":%u", t);
+		if (t == AMDGPU_HW_IP_GFX || t == AMDGPU_HW_IP_COMPUTE) {
+			ip.hw_ip_version_major = g->gfx / 10000;
+			ip.hw_ip_version_minor = g->gfx / 100 % 100;
+			ip.ib_start_alignment = 32;
+			ip.ib_size_alignment = 32;
+			ip.available_rings = 1;
+		} else if (t == AMDGPU_HW_IP_DMA) {
+			ip.hw_ip_version_major = g->gfx >= 110000 ? 6 : 5;
+			ip.ib_start_alignment = 256;
+			ip.ib_size_alignment = 4;
+			ip.available_rings = 1;
+		}
+		return copy_out(q, &ip, sizeof ip);
+	}
+	case AMDGPU_INFO_HW_IP_COUNT: {
+		/* amdgpu_kms.c: the number of IP blocks of the type: one GFX (also for
+		 * COMPUTE), one SDMA block; no video blocks emulated */
+		uint32_t t = q->query_hw_ip.type, n = t == AMDGPU_HW_IP_GFX || t == AMDGPU_HW_IP_COMPUTE ||
+							   t == AMDGPU_HW_IP_DMA;
+		put(o, ",\"hw_ip\":%u", t);
+		return copy_out(q, &n, sizeof n);
+	}
 	case AMDGPU_INFO_READ_MMR_REG: {
-		/* Only GB_ADDR_CONFIG (0x263e), with gfx_v10_0.c's navi10 golden value; the
-		 * driver's whitelist has more (nv_allowed_read_registers), not emulated. */
-		uint32_t v = 0x00000044;
+		/* Only GB_ADDR_CONFIG (0x263e); the driver's whitelist has more
+		 * (nv_allowed_read_registers), not emulated. gfx10: 0x44, the value of
+		 * gfx_v10_0.c's golden settings for GC 10.1.2 (navi10's sibling); gfx11: 0x545
+		 * (32 pipes, 256-byte interleave), a layout ROCr's gfx11 addrlib accepts; real
+		 * boards read theirs from the hardware. */
+		uint32_t v = g->gfx >= 110000 ? 0x00000545 : 0x00000044;
 		put(o, ",\"reg\":\"0x%x\",\"count\":%u", q->read_mmr_reg.dword_offset, q->read_mmr_reg.count);
 		if (q->read_mmr_reg.dword_offset != 0x263e || q->read_mmr_reg.count != 1) {
 			put(o, ",\"unknown\":true");
