@@ -174,7 +174,7 @@ def made_by_row(log, step, size):
 
 def cell(allocs):
     if not allocs:
-        return "none (sub-allocated)", False
+        return "no new allocation", False
     parts, coherent = [], False
     for d in allocs:
         kind, coh, mt = describe(d)
