@@ -212,3 +212,44 @@ fn an_unknown_ioctl_fails_loudly() {
     let log = std::fs::read_to_string(&log).unwrap();
     assert_eq!(log.matches("\"unknown\":true").count(), 2, "{log}");
 }
+
+#[test]
+fn composes_with_rmcp_run() {
+    let Some((lib, _)) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.jsonl");
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log")
+        .arg(&log)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_rmcp"))
+        .arg("run")
+        .arg("--")
+        .arg(emu_probe(5))
+        .args(["init", "arch", "hipHostMalloc:1048576:0x0"])
+        .env("EMUGPU_LIB", &lib)
+        .env("RMCP_SHIM", rmcp_testkit::shim())
+        .env_remove("LD_PRELOAD");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RMCP_") && k != "RMCP_SHIM" {
+            cmd.env_remove(k);
+        }
+    }
+    let out = output_within(&mut cmd, Duration::from_secs(120)).unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("hipHostMalloc:1048576:0x0 rc=0 free=0"),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    let alloc = log
+        .lines()
+        .find(|l| l.contains("\"size\":1048576,") && l.contains("ALLOC_MEMORY"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(!alloc.contains("COHERENT"), "{alloc}");
+    assert!(
+        alloc.contains("\"caller\":\"librmcp_shim_body.so\""),
+        "{alloc}"
+    );
+}
