@@ -253,3 +253,68 @@ fn composes_with_rmcp_run() {
         "{alloc}"
     );
 }
+
+/// The runtime side of the doctor's code-object verdicts (issue 23): a hipcc code object
+/// without gfx1010 code does not load on the emulated gfx1010 (5.2.3 reports
+/// hipErrorNoBinaryForGpu and aborts the process), one with it does, and the gfx1030 one
+/// loads under HSA_OVERRIDE_GFX_VERSION=10.3.0.
+#[test]
+fn a_code_object_without_gfx1010_does_not_load_without_the_override() {
+    let Some((lib, py)) = setup() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("k.hip");
+    std::fs::write(
+        &src,
+        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
+    )
+    .unwrap();
+    let build = |arch: &str| {
+        let co = dir.path().join(format!("k-{arch}.co"));
+        let out = Command::new(&hipcc)
+            .args(["--genco", &format!("--offload-arch={arch}")])
+            .arg(&src)
+            .arg("-o")
+            .arg(&co)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "hipcc {arch}: {}", text(&out.stderr));
+        co
+    };
+    let script = "import ctypes, sys\n\
+        h = ctypes.CDLL('libamdhip64.so.5')\n\
+        print('init', h.hipInit(0), flush=True)\n\
+        m = ctypes.c_void_p()\n\
+        print('load', h.hipModuleLoad(ctypes.byref(m), sys.argv[1].encode()), flush=True)\n\
+        f = ctypes.c_void_p()\n\
+        print('function', h.hipModuleGetFunction(ctypes.byref(f), m, b'k'), flush=True)\n";
+    let load = |co: &Path, overrides: bool| {
+        let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+        cmd.arg("--log")
+            .arg(dir.path().join("load.jsonl"))
+            .arg("--")
+            .arg(&py)
+            .args(["-c", script])
+            .arg(co)
+            .env("EMUGPU_LIB", &lib)
+            .env_remove("LD_PRELOAD")
+            .env_remove("HSA_OVERRIDE_GFX_VERSION");
+        if overrides {
+            cmd.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+        }
+        output_within(&mut cmd, Duration::from_secs(120)).unwrap()
+    };
+    let (co1010, co1030) = (build("gfx1010"), build("gfx1030"));
+    let out = load(&co1010, false);
+    assert_eq!(text(&out.stdout), "init 0\nload 0\nfunction 0\n");
+    let out = load(&co1030, false);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("hipErrorNoBinaryForGpu"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!text(&out.stdout).contains("load 0"));
+    let out = load(&co1030, true);
+    assert_eq!(text(&out.stdout), "init 0\nload 0\nfunction 0\n");
+}
