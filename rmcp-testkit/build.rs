@@ -20,6 +20,9 @@
 //!   functions that build them below.
 //! * `RMCP_ASAN_APP`: tests/c/asan_app.c built with `-fsanitize=address`, or empty when
 //!   the compiler cannot build it; `RMCP_ASAN_APP_WHY` then says why (see `asan_app`).
+//! * `RMCP_EMUGPU_LIB` (tests/emulated-gpu/emugpu.c, the emulated GPU; empty when the
+//!   headers it needs are missing, `RMCP_EMUGPU_LIB_WHY` then says why) and
+//!   `RMCP_EMU_PROBE_5/6/7` (tests/emulated-gpu/emu_probe.c): see `emulated_gpu`.
 //!
 //! The compiler is `$CC` (which may carry arguments, e.g. "ccache cc") or `cc`.
 
@@ -168,6 +171,63 @@ fn main() {
     reliability_clients(&cc, &root_dir, &out);
     never_worse_clients(&cc, &root_dir, &out);
     asan_app(&cc, &root_dir, &out);
+    emulated_gpu(&cc, &root_dir, &out);
+}
+
+/// The emulated GPU (scripts/emulated-gpu builds the same object on its own):
+/// `RMCP_EMUGPU_LIB`, tests/emulated-gpu/emugpu.c as a preloadable object, and
+/// `RMCP_EMU_PROBE_5/6/7`, tests/emulated-gpu/emu_probe.c linked to the fake runtimes'
+/// sonames (the real runtime loads in its place). emugpu.c needs the kernel's uapi
+/// <linux/kfd_ioctl.h> and libdrm's <amdgpu_drm.h> (Debian: linux-libc-dev, libdrm-dev);
+/// without them `RMCP_EMUGPU_LIB` is empty and `RMCP_EMUGPU_LIB_WHY` says why.
+fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
+    const LIB_SRC: &str = "tests/emulated-gpu/emugpu.c";
+    const PROBE_SRC: &str = "tests/emulated-gpu/emu_probe.c";
+    rerun_if_changed(LIB_SRC);
+    rerun_if_changed(PROBE_SRC);
+    // <linux/kfd_ioctl.h> includes <drm/drm.h>; Debian ships it as /usr/include/libdrm/drm.h.
+    let include = out.join("emugpu-include");
+    fs::create_dir_all(&include).unwrap_or_else(|e| panic!("creating {}: {e}", include.display()));
+    symlink_force(Path::new("/usr/include/libdrm"), &include.join("drm"));
+    let lib = out.join("libemugpu.so");
+    let built = cc.try_run(&[
+        "-shared".into(),
+        "-fPIC".into(),
+        "-fvisibility=hidden".into(),
+        "-Wno-nonnull-compare".into(),
+        "-I/usr/include/libdrm".into(),
+        format!("-I{}", include.display()),
+        "-o".into(),
+        lib.display().to_string(),
+        root_dir.join(LIB_SRC).display().to_string(),
+        "-ldl".into(),
+    ]);
+    match built {
+        Ok(()) => {
+            println!("cargo:rustc-env=RMCP_EMUGPU_LIB={}", lib.display());
+            println!("cargo:rustc-env=RMCP_EMUGPU_LIB_WHY=");
+        }
+        Err(why) => {
+            println!("cargo:warning=libemugpu.so not built: {why}");
+            println!("cargo:rustc-env=RMCP_EMUGPU_LIB=");
+            println!("cargo:rustc-env=RMCP_EMUGPU_LIB_WHY={why}");
+        }
+    }
+    for major in [5u32, 6, 7] {
+        let exe = out.join(format!("emu_probe{major}"));
+        cc.run(
+            &format!("emu_probe{major}"),
+            &[
+                "-o".into(),
+                exe.display().to_string(),
+                root_dir.join(PROBE_SRC).display().to_string(),
+                format!("-L{}", out.join(format!("fake-hip-{major}")).display()),
+                "-lamdhip64".into(),
+                "-ldl".into(),
+            ],
+        );
+        println!("cargo:rustc-env=RMCP_EMU_PROBE_{major}={}", exe.display());
+    }
 }
 
 /// The loading shapes of issue 22 (rmcp-shim/tests/never_worse.rs):

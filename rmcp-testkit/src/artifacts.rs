@@ -156,3 +156,32 @@ pub fn asan_app() -> Option<PathBuf> {
     eprintln!("skipped: no AddressSanitizer build of tests/c/asan_app.c ({why})");
     None
 }
+
+/// tests/emulated-gpu/emugpu.c, the emulated GPU, as rmcp-testkit's build script built it.
+/// None (a skip) when it could not be built; with RMCP_REQUIRE_REAL_HIP=1 or in CI that is
+/// a failure, saying why.
+pub fn emugpu_lib() -> Option<PathBuf> {
+    let lib = env!("RMCP_EMUGPU_LIB");
+    if lib.is_empty() {
+        let why = env!("RMCP_EMUGPU_LIB_WHY");
+        assert!(
+            std::env::var("RMCP_REQUIRE_REAL_HIP").as_deref() != Ok("1")
+                && std::env::var_os("CI").is_none(),
+            "RMCP_REQUIRE_REAL_HIP=1 or CI, but libemugpu.so was not built \
+             (apt-get install libdrm-dev linux-libc-dev): {why}"
+        );
+        eprintln!("skipped: libemugpu.so was not built: {why}");
+        return None;
+    }
+    Some(PathBuf::from(lib))
+}
+
+/// tests/emulated-gpu/emu_probe.c linked to `libamdhip64.so.<major>` (5, 6 or 7).
+pub fn emu_probe(major: u8) -> PathBuf {
+    PathBuf::from(match major {
+        5 => env!("RMCP_EMU_PROBE_5"),
+        6 => env!("RMCP_EMU_PROBE_6"),
+        7 => env!("RMCP_EMU_PROBE_7"),
+        _ => panic!("no emu_probe for .so.{major}"),
+    })
+}

@@ -1,0 +1,225 @@
+/*
+ * emu_probe.c: the HIP program the emulated-GPU tests run (scripts/emulated-gpu).
+ *
+ * Linked with -lamdhip64 (rmcp-testkit/build.rs links it against the fake runtime's soname,
+ * so Debian's real libamdhip64.so.5/.6/.7 is what loads): the hooked allocation calls go
+ * through the PLT, where rmcp's shim meets them. The other HIP functions are looked up with
+ * dlsym(RTLD_DEFAULT), so the fake runtime need not define them.
+ *
+ * Each step is bracketed with emugpu_mark("begin STEP") / ("end STEP rc=N") in the
+ * emulator's log (a hooked call also with "call FUNC" / "free FUNC" around the call
+ * itself), and prints one line "STEP rc=N [detail]". Steps:
+ *   init                 hipInit(0)
+ *   count                hipGetDeviceCount -> "count=N"
+ *   arch                 hipGetDeviceProperties(0) -> "arch=gfx..." (gcnArchName)
+ *   FUNC:SIZE:FLAGS      a hooked allocation, then its free (hipFree, hipHostFree,
+ *                        hipHostUnregister; hipMallocAsync/FromPoolAsync: on a new stream,
+ *                        then hipFreeAsync + hipStreamSynchronize); hipHostRegister registers a page-aligned
+ *                        buffer of SIZE bytes from mmap
+ *   h2d:SIZE / d2h:SIZE  hipMemcpy between a malloc'd host buffer and a hipMalloc'd one
+ *   memset:SIZE          hipMemset on a hipMalloc'd buffer
+ *   sync                 hipDeviceSynchronize
+ * Exit status: 0 when every step returned hipSuccess, 1 otherwise, 2 on a bad argument.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef int hipError_t;
+
+hipError_t hipMalloc(void **p, size_t n);
+hipError_t hipExtMallocWithFlags(void **p, size_t n, unsigned flags);
+hipError_t hipHostMalloc(void **p, size_t n, unsigned flags);
+hipError_t hipHostAlloc(void **p, size_t n, unsigned flags);
+hipError_t hipMallocHost(void **p, size_t n);
+hipError_t hipMemAllocHost(void **p, size_t n);
+hipError_t hipMallocManaged(void **p, size_t n, unsigned flags);
+hipError_t hipHostRegister(void *p, size_t n, unsigned flags);
+hipError_t hipMallocAsync(void **p, size_t n, void *stream);
+hipError_t hipMallocFromPoolAsync(void **p, size_t n, void *pool, void *stream);
+
+static void (*mark)(const char *);
+
+/* "call" right before the hooked call, "free" right after it returned: what the driver
+ * receives in between is the call's own (kfd_table.py). */
+static void phase(const char *what, const char *fn)
+{
+	char buf[160];
+	snprintf(buf, sizeof buf, "%s %s", what, fn);
+	if (mark)
+		mark(buf);
+}
+
+static void *hip(const char *name)
+{
+	void *f = dlsym(RTLD_DEFAULT, name);
+	if (!f) {
+		fprintf(stderr, "emu_probe: the runtime has no %s\n", name);
+		exit(2);
+	}
+	return f;
+}
+
+#define CALL(type, name, ...) ((type)hip(name))(__VA_ARGS__)
+typedef hipError_t (*f_u)(unsigned);
+typedef hipError_t (*f_pi)(int *);
+typedef hipError_t (*f_p)(void *);
+typedef hipError_t (*f_pp)(void *, void *);
+typedef hipError_t (*f_ppn)(void *, void *, size_t);
+typedef hipError_t (*f_ppni)(void *, const void *, size_t, int);
+typedef hipError_t (*f_pin)(void *, int, size_t);
+typedef hipError_t (*f_v)(void);
+typedef hipError_t (*f_ppi)(void *, int);
+
+/* The device's gcnArchName, found in hipGetDeviceProperties' output wherever the
+ * layout (R0000 or R0600) puts it: the first "gfx" string. */
+static hipError_t arch(char *out, size_t n)
+{
+	static char props[8192];
+	void *r0600 = dlsym(RTLD_DEFAULT, "hipGetDevicePropertiesR0600");
+	hipError_t rc = r0600 ? ((hipError_t(*)(void *, int))r0600)(props, 0)
+		   : ((hipError_t(*)(void *, int))hip("hipGetDeviceProperties"))(props, 0);
+	snprintf(out, n, "none");
+	for (size_t i = 0; rc == 0 && i + 4 < sizeof props; i++)
+		if (!memcmp(props + i, "gfx", 3) && props[i + 3] >= '0' && props[i + 3] <= '9') {
+			snprintf(out, n, "%.100s", props + i);
+			break;
+		}
+	return rc;
+}
+
+static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *detail, size_t dn)
+{
+	void *p = NULL;
+	hipError_t rc, frc = 0;
+	int host = 0;
+	if (strcmp(fn, "hipMallocAsync") && strcmp(fn, "hipMallocFromPoolAsync") &&
+	    strcmp(fn, "hipHostRegister"))
+		phase("call", fn);
+	if (!strcmp(fn, "hipMalloc"))
+		rc = hipMalloc(&p, size);
+	else if (!strcmp(fn, "hipExtMallocWithFlags"))
+		rc = hipExtMallocWithFlags(&p, size, flags);
+	else if (!strcmp(fn, "hipHostMalloc"))
+		rc = hipHostMalloc(&p, size, flags), host = 1;
+	else if (!strcmp(fn, "hipHostAlloc"))
+		rc = hipHostAlloc(&p, size, flags), host = 1;
+	else if (!strcmp(fn, "hipMallocHost"))
+		rc = hipMallocHost(&p, size), host = 1;
+	else if (!strcmp(fn, "hipMemAllocHost"))
+		rc = hipMemAllocHost(&p, size), host = 1;
+	else if (!strcmp(fn, "hipMallocManaged"))
+		rc = hipMallocManaged(&p, size, flags);
+	else if (!strcmp(fn, "hipMallocAsync") || !strcmp(fn, "hipMallocFromPoolAsync")) {
+		/* On a stream of its own: 5.2.3's hipMallocAsync dereferences a NULL stream. */
+		void *stream = NULL;
+		rc = CALL(f_p, "hipStreamCreate", &stream);
+		if (!rc && !strcmp(fn, "hipMallocAsync")) {
+			phase("call", fn);
+			rc = hipMallocAsync(&p, size, stream);
+		} else if (!rc) {
+			void *pool = NULL;
+			rc = CALL(f_ppi, "hipDeviceGetDefaultMemPool", &pool, 0);
+			phase("call", fn);
+			rc = rc ? rc : hipMallocFromPoolAsync(&p, size, pool, stream);
+		}
+		phase("free", fn);
+		if (!rc)
+			frc = CALL(f_pp, "hipFreeAsync", p, stream);
+		if (!frc && stream)
+			frc = CALL(f_p, "hipStreamSynchronize", stream);
+		/* The stream is left: on the emulated device 5.2.3's hipStreamDestroy spins after
+		 * hipFreeAsync (libamdhip64 waits for a pointer no packet sets). */
+		snprintf(detail, dn, "free=%d", frc);
+		return rc ? rc : frc;
+	} else if (!strcmp(fn, "hipHostRegister")) {
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		memset(p, 1, size);
+		phase("call", fn);
+		rc = hipHostRegister(p, size, flags);
+		phase("free", fn);
+		if (!rc)
+			frc = CALL(f_p, "hipHostUnregister", p);
+		munmap(p, size);
+		snprintf(detail, dn, "free=%d", frc);
+		return rc ? rc : frc;
+	} else {
+		fprintf(stderr, "emu_probe: unknown function %s\n", fn);
+		exit(2);
+	}
+	phase("free", fn);
+	if (!rc && p)
+		frc = host ? CALL(f_p, "hipHostFree", p) : CALL(f_p, "hipFree", p);
+	snprintf(detail, dn, "free=%d", frc);
+	return rc ? rc : frc;
+}
+
+static hipError_t copy(int d2h, size_t size)
+{
+	void *d = NULL;
+	char *h = malloc(size);
+	hipError_t rc = hipMalloc(&d, size);
+	memset(h, 7, size);
+	if (!rc)
+		rc = d2h ? CALL(f_ppni, "hipMemcpy", h, d, size, 2 /* DeviceToHost */)
+			 : CALL(f_ppni, "hipMemcpy", d, h, size, 1 /* HostToDevice */);
+	if (d)
+		CALL(f_p, "hipFree", d);
+	free(h);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	int failed = 0;
+	mark = (void (*)(const char *))dlsym(RTLD_DEFAULT, "emugpu_mark");
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (int i = 1; i < argc; i++) {
+		char step[200], fn[128] = "", detail[256] = "", buf[300];
+		unsigned long long size = 4096;
+		unsigned flags = 0;
+		hipError_t rc;
+		snprintf(step, sizeof step, "%s", argv[i]);
+		snprintf(buf, sizeof buf, "begin %s", step);
+		if (mark)
+			mark(buf);
+		if (!strcmp(step, "init")) {
+			rc = CALL(f_u, "hipInit", 0);
+		} else if (!strcmp(step, "count")) {
+			int n = -1;
+			rc = CALL(f_pi, "hipGetDeviceCount", &n);
+			snprintf(detail, sizeof detail, "count=%d", n);
+		} else if (!strcmp(step, "arch")) {
+			char a[128];
+			rc = arch(a, sizeof a);
+			snprintf(detail, sizeof detail, "arch=%s", a);
+		} else if (!strcmp(step, "sync")) {
+			rc = CALL(f_v, "hipDeviceSynchronize");
+		} else if (sscanf(step, "h2d:%llu", &size) == 1) {
+			rc = copy(0, size);
+		} else if (sscanf(step, "d2h:%llu", &size) == 1) {
+			rc = copy(1, size);
+		} else if (sscanf(step, "memset:%llu", &size) == 1) {
+			void *d = NULL;
+			rc = hipMalloc(&d, size);
+			if (!rc)
+				rc = CALL(f_pin, "hipMemset", d, 0, size);
+			if (d)
+				CALL(f_p, "hipFree", d);
+		} else if (sscanf(step, "%127[^:]:%llu:%i", fn, &size, (int *)&flags) >= 1) {
+			rc = hooked(fn, size, flags, detail, sizeof detail);
+		} else {
+			fprintf(stderr, "emu_probe: cannot parse %s\n", step);
+			return 2;
+		}
+		printf("%s rc=%d%s%s\n", step, rc, *detail ? " " : "", detail);
+		snprintf(buf, sizeof buf, "end %s rc=%d", step, rc);
+		if (mark)
+			mark(buf);
+		failed |= rc != 0;
+	}
+	return failed;
+}

@@ -1,0 +1,320 @@
+//! Debian's real ROCm 5.2.3 stack on the emulated GPU (scripts/emulated-gpu,
+//! tests/emulated-gpu/emugpu.c): what the amdgpu driver receives for each hooked call,
+//! with rmcp and without it.
+//!
+//! The table's expectations and the kernel's gfx10 memory-type rule are in
+//! tests/emulated-gpu/kfd_table.py (tests/compat/run's check k uses the same file for the
+//! newer runtimes); this test makes the runs it reads and asserts its verdict, plus what
+//! the table does not cover: the probe's own answers, the override, an unknown ioctl.
+//! Skipped without the real runtime or the emulator's headers; a failure under
+//! RMCP_REQUIRE_REAL_HIP=1.
+
+use rmcp_testkit::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// One run: its name, fixture, whether rmcp is preloaded, extra environment, steps.
+type RunSpec<'a> = (
+    &'a str,
+    &'a str,
+    bool,
+    &'a [(&'a str, &'a str)],
+    &'a [String],
+);
+
+/// Everything a run needs; None (a skip) when a prerequisite is missing.
+fn setup() -> Option<(PathBuf, PathBuf)> {
+    real_runtime()?;
+    let lib = emugpu_lib()?;
+    let py = python3()?;
+    Some((lib, py))
+}
+
+/// scripts/emulated-gpu --fixture FIXTURE --log DIR/NAME.jsonl -- emu_probe5 STEPS, with
+/// the shim preloaded when `shim`, and ENV; the output is also kept in DIR/NAME.out.
+fn run(
+    lib: &Path,
+    dir: &Path,
+    name: &str,
+    fixture: &str,
+    shim: bool,
+    env: &[(&str, &str)],
+    steps: &[String],
+) -> Output {
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--fixture")
+        .arg(fixture)
+        .arg("--log")
+        .arg(dir.join(format!("{name}.jsonl")))
+        .arg("--")
+        .arg(emu_probe(5))
+        .args(steps)
+        .env("EMUGPU_LIB", lib)
+        .env_remove("LD_PRELOAD")
+        .env_remove("HSA_OVERRIDE_GFX_VERSION");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RMCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    if shim {
+        cmd.env("LD_PRELOAD", rmcp_testkit::shim());
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out =
+        output_within(&mut cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    std::fs::write(dir.join(format!("{name}.out")), &out.stdout).unwrap();
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn table(py: &Path, args: &[&str]) -> Vec<String> {
+    let out = Command::new(py)
+        .arg(repo().join("tests/emulated-gpu/kfd_table.py"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_driver_sees_no_coherent_allocation_from_a_rewritten_call() {
+    let Some((lib, py)) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let steps = table(&py, &["steps"]);
+    // 5.2.3's ROCr does not know gfx1100: on the rdna3 fixture it finds no device.
+    let r3steps = table(&py, &["steps", "5.2.3", "rdna3"]);
+    let seq = table(&py, &["seq"]);
+    let exempt = [("RMCP_EXEMPT", "emu_probe")];
+    let off = [("RMCP_MODE", "off")];
+    let runs: [RunSpec; 8] = [
+        ("none", "rdna1", false, &[], &steps),
+        ("rmcp", "rdna1", true, &[], &steps),
+        ("exempt", "rdna1", true, &exempt, &steps),
+        ("off", "rdna1", true, &off, &steps),
+        ("r3none", "rdna3", false, &[], &r3steps),
+        ("r3rmcp", "rdna3", true, &[], &r3steps),
+        ("seqnone", "rdna1", false, &[], &seq),
+        ("seqrmcp", "rdna1", true, &[], &seq),
+    ];
+    for (name, fixture, shim, env, steps) in runs {
+        let out = run(&lib, d, name, fixture, shim, env, steps);
+        let stderr = text(&out.stderr);
+        // The script names its log; the emulator says what it refused.
+        assert!(stderr.contains("ioctl log: "), "{name}: {stderr}");
+        // Every step ran (hipInit, the count, the arch, each call and its free): a step
+        // that failed is in the table's verdict, a missing one means the run stopped.
+        let lines = text(&out.stdout).lines().count();
+        assert_eq!(
+            lines,
+            steps.len(),
+            "{name}: {}\n{stderr}",
+            text(&out.stdout)
+        );
+    }
+    let out = Command::new(&py)
+        .arg(repo().join("tests/emulated-gpu/kfd_table.py"))
+        .args(["check", "--runtime", "5.2.3"])
+        .arg(d)
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    println!("{report}");
+    assert!(
+        out.status.success() && report.contains("verdict: pass"),
+        "{report}\n{}",
+        text(&out.stderr)
+    );
+    // The shim's own stats say it rewrote, on a device it classified from the topology.
+    let log = std::fs::read_to_string(d.join("rmcp.jsonl")).unwrap();
+    assert!(log.contains("\"caller\":\"librmcp_shim_body.so\""), "{log}");
+}
+
+#[test]
+fn the_override_changes_the_arch_hip_reports_not_the_classification() {
+    let Some((lib, _)) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let steps: Vec<String> = ["init", "count", "arch", "hipHostMalloc:1048576:0x0"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let env = [("HSA_OVERRIDE_GFX_VERSION", "10.3.0"), ("RMCP_LOG", "info")];
+    let out = run(&lib, dir.path(), "override", "rdna1", true, &env, &steps);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(stdout.contains("arch rc=0 arch=gfx1030"), "{stdout}");
+    assert!(
+        stdout.contains("hipHostMalloc:1048576:0x0 rc=0 free=0"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("gfx1010 at 0000:03:00.0, affected"),
+        "{stderr}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("override.jsonl")).unwrap();
+    let alloc = log
+        .lines()
+        .filter(|l| l.contains("AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"))
+        .find(|l| l.contains("\"size\":1048576,"))
+        .unwrap_or_else(|| panic!("no 1 MiB allocation:\n{log}"));
+    assert!(!alloc.contains("COHERENT"), "{alloc}");
+    // Without the override the same probe reports gfx1010 (the table's runs check it too).
+    let out = run(&lib, dir.path(), "plain", "rdna1", false, &[], &steps[..3]);
+    assert!(text(&out.stdout).contains("arch rc=0 arch=gfx1010"));
+}
+
+#[test]
+fn an_unknown_ioctl_fails_loudly() {
+    let Some((lib, py)) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // nr 0x7e is past linux 6.1's KFD table: ENOTTY. A query AMDGPU_INFO does not know
+    // (0x7f) on the render node: EINVAL.
+    let script = "import os, fcntl, struct\n\
+        fd = os.open('/dev/kfd', os.O_RDWR)\n\
+        try:\n    fcntl.ioctl(fd, 0xc0084b7e, bytes(8)); print('kfd 0')\n\
+        except OSError as e: print('kfd', e.errno)\n\
+        r = os.open('/dev/dri/renderD128', os.O_RDWR)\n\
+        q = struct.pack('<QII', 0, 0, 0x7f) + bytes(16)\n\
+        try:\n    fcntl.ioctl(r, 0x40206445, q); print('drm 0')\n\
+        except OSError as e: print('drm', e.errno)\n";
+    let log = dir.path().join("unknown.jsonl");
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log")
+        .arg(&log)
+        .arg("--")
+        .arg(&py)
+        .args(["-c", script])
+        .env("EMUGPU_LIB", &lib)
+        .env_remove("LD_PRELOAD");
+    let out = output_within(&mut cmd, Duration::from_secs(60)).unwrap();
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(stdout, "kfd 25\ndrm 22\n", "{stderr}");
+    assert!(
+        stderr.contains("unknown KFD ioctl 0xc0084b7e (nr 0x7e): answered ENOTTY"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("AMDGPU_INFO query 0x7f is not emulated: answered EINVAL"),
+        "{stderr}"
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(log.matches("\"unknown\":true").count(), 2, "{log}");
+}
+
+#[test]
+fn composes_with_rmcp_run() {
+    let Some((lib, _)) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.jsonl");
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log")
+        .arg(&log)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_rmcp"))
+        .arg("run")
+        .arg("--")
+        .arg(emu_probe(5))
+        .args(["init", "arch", "hipHostMalloc:1048576:0x0"])
+        .env("EMUGPU_LIB", &lib)
+        .env("RMCP_SHIM", rmcp_testkit::shim())
+        .env_remove("LD_PRELOAD");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RMCP_") && k != "RMCP_SHIM" {
+            cmd.env_remove(k);
+        }
+    }
+    let out = output_within(&mut cmd, Duration::from_secs(120)).unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("hipHostMalloc:1048576:0x0 rc=0 free=0"),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    let alloc = log
+        .lines()
+        .find(|l| l.contains("\"size\":1048576,") && l.contains("ALLOC_MEMORY"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(!alloc.contains("COHERENT"), "{alloc}");
+    assert!(
+        alloc.contains("\"caller\":\"librmcp_shim_body.so\""),
+        "{alloc}"
+    );
+}
+
+/// The runtime side of the doctor's code-object verdicts (issue 23): a hipcc code object
+/// without gfx1010 code does not load on the emulated gfx1010 (5.2.3 reports
+/// hipErrorNoBinaryForGpu and aborts the process), one with it does, and the gfx1030 one
+/// loads under HSA_OVERRIDE_GFX_VERSION=10.3.0.
+#[test]
+fn a_code_object_without_gfx1010_does_not_load_without_the_override() {
+    let Some((lib, py)) = setup() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("k.hip");
+    std::fs::write(
+        &src,
+        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
+    )
+    .unwrap();
+    let build = |arch: &str| {
+        let co = dir.path().join(format!("k-{arch}.co"));
+        let out = Command::new(&hipcc)
+            .args(["--genco", &format!("--offload-arch={arch}")])
+            .arg(&src)
+            .arg("-o")
+            .arg(&co)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "hipcc {arch}: {}", text(&out.stderr));
+        co
+    };
+    let script = "import ctypes, sys\n\
+        h = ctypes.CDLL('libamdhip64.so.5')\n\
+        print('init', h.hipInit(0), flush=True)\n\
+        m = ctypes.c_void_p()\n\
+        print('load', h.hipModuleLoad(ctypes.byref(m), sys.argv[1].encode()), flush=True)\n\
+        f = ctypes.c_void_p()\n\
+        print('function', h.hipModuleGetFunction(ctypes.byref(f), m, b'k'), flush=True)\n";
+    let load = |co: &Path, overrides: bool| {
+        let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+        cmd.arg("--log")
+            .arg(dir.path().join("load.jsonl"))
+            .arg("--")
+            .arg(&py)
+            .args(["-c", script])
+            .arg(co)
+            .env("EMUGPU_LIB", &lib)
+            .env_remove("LD_PRELOAD")
+            .env_remove("HSA_OVERRIDE_GFX_VERSION");
+        if overrides {
+            cmd.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+        }
+        output_within(&mut cmd, Duration::from_secs(120)).unwrap()
+    };
+    let (co1010, co1030) = (build("gfx1010"), build("gfx1030"));
+    let out = load(&co1010, false);
+    assert_eq!(text(&out.stdout), "init 0\nload 0\nfunction 0\n");
+    let out = load(&co1030, false);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("hipErrorNoBinaryForGpu"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!text(&out.stdout).contains("load 0"));
+    let out = load(&co1030, true);
+    assert_eq!(text(&out.stdout), "init 0\nload 0\nfunction 0\n");
+}
