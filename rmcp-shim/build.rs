@@ -80,7 +80,7 @@ fn main() {
         let _ = writeln!(script, "    {name};");
     }
     script.push_str(
-        "    dlsym;\n    dlclose;\n    rmcp_shim_stats;\n    rmcp_front_next;\n  local: *;\n};\n",
+        "    dlsym;\n    dlopen;\n    dlclose;\n    rmcp_shim_stats;\n    rmcp_front_next;\n  local: *;\n};\n",
     );
     let map = out.join("front.map");
     std::fs::write(&map, script).expect("write the front's version script");

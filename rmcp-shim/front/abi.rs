@@ -16,7 +16,7 @@ use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Bumped whenever `Front` or `Body` changes.
-pub const ABI: u32 = 5;
+pub const ABI: u32 = 6;
 
 /// glibc's `dlsym`, or a wrapper with its signature.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -84,6 +84,11 @@ pub struct Body<const HOOKS: usize> {
     /// Called by the front's fork handler in the parent, before every fork, once the body is
     /// attached: whatever a child could otherwise only learn from the loader, learnt now.
     pub before_fork: extern "C" fn(),
+    /// Called by the front at exit in a process that dlopened a library with
+    /// RTLD_DEEPBIND (the front attaches the body for it if need be): such a library binds
+    /// its HIP imports inside its own tree, past the shim; the body finds which and reports
+    /// them.
+    pub deepbind_seen: extern "C" fn(),
     /// The body's entry for each hook, in `Hook` order; never null.
     pub entries: [*const c_void; HOOKS],
 }

@@ -26,6 +26,7 @@ static STATE: AtomicU32 = AtomicU32::new(UNTRIED);
 static LOOKUP: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static STATS: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static BEFORE_FORK: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static DEEPBIND_SEEN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The front's one piece of work at load: what descriptor 2 is, so that the body writes to
 /// it only while it is still the process's stderr.
@@ -232,6 +233,7 @@ pub fn attach() -> bool {
     }
     STATS.store(body.stats as *mut c_void, Ordering::Release);
     BEFORE_FORK.store(body.before_fork as *mut c_void, Ordering::Release);
+    DEEPBIND_SEEN.store(body.deepbind_seen as *mut c_void, Ordering::Release);
     LOOKUP.store(body.lookup as *mut c_void, Ordering::Release);
     for (slot, entry) in crate::ENTRIES.iter().zip(body.entries) {
         slot.store(entry.cast_mut(), Ordering::Release);
@@ -273,6 +275,13 @@ pub fn stats() -> Option<abi::StatsFn> {
 /// The body's step before a fork, once attached.
 pub fn before_fork() -> Option<extern "C" fn()> {
     let p = BEFORE_FORK.load(Ordering::Acquire);
+    // SAFETY: as for `lookup`.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, extern "C" fn()>(p) })
+}
+
+/// The body's report of libraries loaded with RTLD_DEEPBIND, once attached.
+pub fn deepbind_seen() -> Option<extern "C" fn()> {
+    let p = DEEPBIND_SEEN.load(Ordering::Acquire);
     // SAFETY: as for `lookup`.
     (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, extern "C" fn()>(p) })
 }

@@ -352,6 +352,93 @@ extern "C" fn find_next_dlsym() -> usize {
     p
 }
 
+// ---- dlopen --------------------------------------------------------------------------------
+
+// dlopen: a jump to the next dlopen, so that it sees the original caller (glibc searches the
+// caller's RUNPATH and namespace). A load with RTLD_DEEPBIND (0x8) first notes it
+// (`deepbind`): such a library binds its HIP imports in its own tree, never reaching the
+// shim, and the body names it at exit.
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".globl dlopen",
+    ".type dlopen, @function",
+    ".p2align 4",
+    "dlopen:",
+    "test esi, 8",
+    "jnz .Lrmcp_dlopen_deep",
+    ".Lrmcp_dlopen_go:",
+    "mov rax, qword ptr [rip + {next}]",
+    "test rax, rax",
+    "jz .Lrmcp_dlopen_find",
+    "jmp rax",
+    ".Lrmcp_dlopen_find:",
+    "push rdi",
+    "push rsi",
+    "sub rsp, 8",
+    "call {find}",
+    "add rsp, 8",
+    "pop rsi",
+    "pop rdi",
+    "test rax, rax",
+    "jz .Lrmcp_dlopen_none",
+    "jmp rax",
+    ".Lrmcp_dlopen_none:",
+    "ret",
+    ".Lrmcp_dlopen_deep:",
+    "push rdi",
+    "push rsi",
+    "sub rsp, 8",
+    "call {deep}",
+    "add rsp, 8",
+    "pop rsi",
+    "pop rdi",
+    "jmp .Lrmcp_dlopen_go",
+    ".size dlopen, . - dlopen",
+    ".popsection",
+    next = sym NEXT_DLOPEN,
+    find = sym find_next_dlopen,
+    deep = sym deepbind,
+);
+
+/// The dlopen after this object (0 until found).
+static NEXT_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn find_next_dlopen() -> usize {
+    let mut p = NEXT_DLOPEN.load(Ordering::Acquire);
+    if p == 0 {
+        // SAFETY: a NUL-terminated name.
+        p = unsafe { raw_next(c"dlopen".as_ptr()) } as usize;
+        NEXT_DLOPEN.store(p, Ordering::Release);
+    }
+    p
+}
+
+/// The dlopen after this object, for the front's own loads.
+fn next_dlopen() -> Option<sys::DlopenFn> {
+    let p = find_next_dlopen();
+    // SAFETY: `p` is null or the next definition of `dlopen`, with its C signature.
+    (p != 0).then(|| unsafe { core::mem::transmute::<usize, sys::DlopenFn>(p) })
+}
+
+/// A library is being loaded with RTLD_DEEPBIND: at exit, the body (attached then if need
+/// be) names the libraries that bind HIP functions past the shim. Registered once.
+extern "C" fn deepbind() {
+    static REGISTERED: AtomicU32 = AtomicU32::new(0);
+    if installs::standing_aside() || REGISTERED.swap(1, Ordering::AcqRel) != 0 {
+        return;
+    }
+    // SAFETY: `at_exit` lives as long as the front (never unmapped); the handle names it.
+    unsafe { sys::cxa_atexit(at_exit, core::ptr::null_mut(), (&raw const FRONT).cast()) };
+}
+
+extern "C" fn at_exit(_: *mut c_void) {
+    if body::attach() {
+        if let Some(report) = body::deepbind_seen() {
+            report();
+        }
+    }
+}
+
 // ---- dlclose ---------------------------------------------------------------------------
 
 /// The dlclose after this object (another wrapper's, or glibc's), found once.

@@ -4,8 +4,8 @@
 //! dependency is libc.so.6 and it names no libc symbol newer than glibc 2.3 (the wheel
 //! links against glibc 2.28, where `fstat` is not yet a symbol).
 //!
-//! `dlclose` is not among them: the front exports its own (front.rs), which reaches the next
-//! one through `dlsym(RTLD_NEXT)`.
+//! `dlopen` and `dlclose` are not among them: the front exports its own (front.rs), which
+//! reach the next ones through `dlsym(RTLD_NEXT)`.
 //!
 //! The loader functions are weak undefined references: built against glibc 2.34 or later
 //! (cargo on this project's machines) they are libc's; built against older glibc (the
@@ -57,7 +57,6 @@ pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 pub type DlerrorFn = unsafe extern "C" fn() -> *const c_char;
 
 unsafe extern "C" {
-    fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
     fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
     fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
     fn dlerror() -> *const c_char;
@@ -75,6 +74,10 @@ unsafe extern "C" {
         child: Option<extern "C" fn()>,
         dso: *const c_void,
     ) -> c_int;
+    /// libc's `__cxa_atexit`, bound lazily.
+    #[link_name = "rmcp_front_cxa_atexit"]
+    pub fn cxa_atexit(f: extern "C" fn(*mut c_void), arg: *mut c_void, dso: *const c_void)
+    -> c_int;
     /// libc's `dl_iterate_phdr`, bound lazily.
     #[link_name = "rmcp_front_dl_iterate_phdr"]
     pub fn dl_iterate_phdr(
@@ -94,8 +97,8 @@ pub struct DlPhdrInfo {
 // functions through the GOT, which the loader fills at load, one symbol lookup each; C calls
 // them through the PLT, bound on first call. The front calls libc only on paths a process
 // without HIP never takes, so:
-// - `getenv`, `realpath`, `__register_atfork` and `dl_iterate_phdr` are reached through
-//   PLT jumps, bound on first use;
+// - `getenv`, `realpath`, `__register_atfork`, `__cxa_atexit` and `dl_iterate_phdr` are
+//   reached through PLT jumps, bound on first use;
 // - the four functions the compiler itself calls (`memset`, `memmove`, `bcmp`, `strlen`)
 //   are defined here, hidden, so nothing binds them at all. They are plain string
 //   instructions: the front's uses are a few kilobytes at most, on cold paths.
@@ -116,6 +119,11 @@ core::arch::global_asm!(
     ".type rmcp_front_register_atfork, @function",
     "rmcp_front_register_atfork:",
     "jmp __register_atfork@PLT",
+    ".globl rmcp_front_cxa_atexit",
+    ".hidden rmcp_front_cxa_atexit",
+    ".type rmcp_front_cxa_atexit, @function",
+    "rmcp_front_cxa_atexit:",
+    "jmp __cxa_atexit@PLT",
     ".globl rmcp_front_dl_iterate_phdr",
     ".hidden rmcp_front_dl_iterate_phdr",
     ".type rmcp_front_dl_iterate_phdr, @function",
@@ -187,12 +195,7 @@ core::arch::global_asm!(
     ".popsection",
 );
 
-core::arch::global_asm!(
-    ".weak dlopen",
-    ".weak dlvsym",
-    ".weak dladdr",
-    ".weak dlerror"
-);
+core::arch::global_asm!(".weak dlvsym", ".weak dladdr", ".weak dlerror");
 
 /// The address a weak reference resolved to (0 when nothing defines it), read from the GOT.
 macro_rules! weak_address {
@@ -221,11 +224,8 @@ pub struct Loader {
 
 /// The loader's functions, or None when one of them is defined by no object in the process.
 pub fn loader() -> Option<Loader> {
-    let addrs = [
-        weak_address!(dlopen),
-        weak_address!(dladdr),
-        weak_address!(dlerror),
-    ];
+    let dlopen = crate::next_dlopen()?;
+    let addrs = [weak_address!(dladdr), weak_address!(dlerror)];
     if addrs.contains(&0) || dlvsym_fn().is_none() {
         return None;
     }
@@ -235,9 +235,9 @@ pub fn loader() -> Option<Loader> {
     unsafe {
         use core::mem::transmute;
         Some(Loader {
-            dlopen: transmute::<usize, DlopenFn>(addrs[0]),
-            dladdr: transmute::<usize, DladdrFn>(addrs[1]),
-            dlerror: transmute::<usize, DlerrorFn>(addrs[2]),
+            dlopen,
+            dladdr: transmute::<usize, DladdrFn>(addrs[0]),
+            dlerror: transmute::<usize, DlerrorFn>(addrs[1]),
         })
     }
 }

@@ -76,6 +76,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
             lookup: crate::dlsym::lookup,
             stats: crate::exports::stats,
             before_fork,
+            deepbind_seen,
             entries: HOOKS.map(|(hook, _)| crate::exports::entry(hook)),
         };
         // SAFETY: the caller's contract: `body` is writable and sized for a Body.
@@ -93,6 +94,13 @@ extern "C" fn before_fork() {
     let _ = catch_unwind(|| {
         crate::state::global();
     });
+}
+
+/// The front calls this at exit in a process that loaded a library with RTLD_DEEPBIND
+/// (`abi::Body::deepbind_seen`). Never panics or unwinds.
+extern "C" fn deepbind_seen() {
+    let _no_cancel = crate::cancel::NoCancel::new();
+    let _ = catch_unwind(crate::report::deepbind_seen);
 }
 
 // The front calls this through `abi::AttachFn`: the compiler checks that they agree.

@@ -297,6 +297,15 @@ pub(crate) fn override_warning(cfg: &Config, topology: Option<&Topology>) {
 
 static EXIT_HOOKS: AtomicBool = AtomicBool::new(false);
 
+/// At exit in a process that loaded a library with RTLD_DEEPBIND (the front calls this,
+/// through `front::deepbind_seen`, after every earlier exit handler of the body): the
+/// report is written now, whether or not a hooked call ever reached the shim, so that what
+/// it says about libraries the shim did not reach is not lost.
+pub(crate) fn deepbind_seen() {
+    crate::state::global();
+    write_report();
+}
+
 pub(crate) fn install_exit_hooks(cfg: &Config) {
     if EXIT_HOOKS.swap(true, Ordering::SeqCst) {
         return;

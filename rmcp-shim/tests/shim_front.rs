@@ -167,7 +167,7 @@ fn the_front_carries_no_panic_or_unwind_machinery() {
         "realpath",
         "__register_atfork",
         "dl_iterate_phdr",
-        "dlopen",
+        "__cxa_atexit",
         "dlvsym",
         "dladdr",
         "dlerror",
