@@ -305,6 +305,47 @@ fn a_code_object_without_gfx1010_does_not_load_without_the_override() {
         output_within(&mut cmd, Duration::from_secs(120)).unwrap()
     };
     let (co1010, co1030) = (build("gfx1010"), build("gfx1030"));
+
+    // What `rmcp doctor` says of each file on the same card (the rdna1 fixture the emulator
+    // serves), without and with the override (issue 23, item 6): the loader below must do
+    // exactly that.
+    let doctor = |co: &Path, overrides: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rmcp"));
+        cmd.args(["doctor", "--json", "--sysfs"])
+            .arg(repo().join("tests/fixtures/rdna1"))
+            .arg("--scan")
+            .arg(co)
+            .env_remove("HSA_OVERRIDE_GFX_VERSION");
+        if overrides {
+            cmd.env("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+        }
+        let out = output_within(&mut cmd, Duration::from_secs(60)).unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["check"] == "code-objects" && f.get("places").is_some())
+            .map(|f| f["message"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let carries = "1 of 1 HIP library found carries gfx1010 code";
+    let lacks = "0 of 1 HIP library found carries gfx1010 code";
+    let override_finds = "look for gfx1030 code instead, which 1 of them carry";
+    let said = doctor(&co1010, false);
+    assert!(
+        said.contains(carries),
+        "doctor on the gfx1010 object: {said}"
+    );
+    let said = doctor(&co1030, false);
+    assert!(said.contains(lacks), "doctor on the gfx1030 object: {said}");
+    let said = doctor(&co1030, true);
+    assert!(
+        said.contains(lacks) && said.contains(override_finds),
+        "doctor on the gfx1030 object under 10.3.0: {said}"
+    );
+
     let out = load(&co1010, false);
     assert_eq!(text(&out.stdout), "init 0\nload 0\nfunction 0\n");
     let out = load(&co1030, false);

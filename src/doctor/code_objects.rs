@@ -260,7 +260,11 @@ fn scan_items(paths: &[PathBuf], places: &mut Vec<String>) -> Vec<(Item, Origin)
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let dir = p.parent().map(Path::to_path_buf).unwrap_or_default();
-            if co::kdb_target(&name).is_some() {
+            if starts_as_bundle(p) {
+                // A code-object file named on its own (what hipModuleLoad loads): its own
+                // targets, never its directory's by file name.
+                items.push((Item::Elf(p.clone()), Origin::Scan));
+            } else if co::kdb_target(&name).is_some() {
                 items.push((Item::Kdb(dir), Origin::Scan));
             } else if co::tensile_target(&name).is_some() {
                 items.push((Item::Tensile(dir), Origin::Scan));
@@ -385,6 +389,14 @@ fn empty(format: CodeFormat) -> Library {
 }
 
 /// An ELF file: its `.hip_fatbin` bundles, or None when it has no GPU code.
+/// The file starts with an offload bundle's magic, plain or compressed.
+fn starts_as_bundle(path: &Path) -> bool {
+    let mut head = [0u8; 24];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| head.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || head.starts_with(b"CCOB"))
+}
+
 fn read_elf(path: &Path) -> Read {
     let file = match std::fs::File::open(path) {
         Ok(f) => FileAt(f),
@@ -392,6 +404,16 @@ fn read_elf(path: &Path) -> Read {
     };
     let section = match co::find_section(&file, FATBIN_SECTION) {
         Ok(Some(s)) => s,
+        // A bare bundle file (`hipcc --genco`, a Tensile `.co`): the whole file.
+        Ok(None) if starts_as_bundle(path) => {
+            let len = file.0.metadata().map_or(0, |m| m.len());
+            co::Section {
+                name: String::new(),
+                kind: 1,
+                offset: 0,
+                size: len,
+            }
+        }
         Ok(None) => return Read::NotHip,
         // A file that is not ELF at all is Ok(None); only a broken ELF gets here.
         Err(e) => return Read::Unreadable(e.to_string()),
