@@ -453,6 +453,126 @@ fn in_forked_child(ret: usize) -> Option<&'static Binding> {
     known.or(snap.fallback.as_ref())
 }
 
+/// A loaded object that imports hooked functions whose GOT slots are bound past the shim,
+/// straight to a runtime (issue 22, shape 11): its calls of them are not reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unreached {
+    /// The name it was opened by (the main program: empty).
+    pub(crate) object: String,
+    pub(crate) functions: Vec<&'static str>,
+    pub(crate) reason: String,
+}
+
+/// What [`note_loaded`] found, kept so an object unloaded later is still named at exit.
+static NOTED: Published<Vec<Unreached>> = Published::new();
+
+/// Every loaded object whose bound hooked imports reach a runtime directly instead of the
+/// shim's export, now and as noted earlier. Not the shim's objects, not a runtime itself
+/// (its calls of its own functions are its business), not a slot still unbound (lazy).
+pub(crate) fn unreached() -> Vec<Unreached> {
+    let mut all = NOTED.get().cloned().unwrap_or_default();
+    for u in scan_unreached() {
+        if !all.contains(&u) {
+            all.push(u);
+        }
+    }
+    all
+}
+
+/// Scans the loaded objects now and remembers what is not reached (for the front to call
+/// after a `dlopen` that may bypass the shim, RTLD_DEEPBIND above all); says so once per
+/// object at info level.
+pub(crate) fn note_loaded() {
+    let _no_cancel = crate::cancel::NoCancel::new();
+    if crate::front::loader_inconsistent() {
+        return;
+    }
+    let kept = NOTED.get();
+    let mut all = kept.cloned().unwrap_or_default();
+    let mut added = false;
+    for u in scan_unreached() {
+        if !all.contains(&u) {
+            tracing::info!("{}", describe_unreached(&u));
+            all.push(u);
+            added = true;
+        }
+    }
+    if !added {
+        return;
+    }
+    match kept {
+        None => {
+            NOTED.get_or_publish(|| all);
+        }
+        Some(old) => {
+            NOTED.replace(old, all);
+        }
+    }
+}
+
+/// One line for the banner: what is not reached and why.
+pub(crate) fn describe_unreached(u: &Unreached) -> String {
+    format!(
+        "{}: {} not reached: {}",
+        if u.object.is_empty() {
+            "the main program"
+        } else {
+            &u.object
+        },
+        u.functions.join(", "),
+        u.reason
+    )
+}
+
+fn scan_unreached() -> Vec<Unreached> {
+    let hooked = |name: &[u8]| Hook::from_name(name).is_some();
+    let maps = locate::mappings_with_imports(&hooked);
+    let own = |m: &Mapping| {
+        m.contains(scan_unreached as *const () as usize)
+            || m.contains(crate::front::export(Hook::HipMalloc))
+    };
+    let mut out = Vec::new();
+    for m in &maps {
+        if m.imports.is_empty() || own(m) || locate::is_runtime_file(&m.name) {
+            continue;
+        }
+        let mut functions = Vec::new();
+        let mut runtime = None;
+        for i in &m.imports {
+            let Some(hook) = Hook::from_name(i.name.as_bytes()) else {
+                continue;
+            };
+            let Some(target) = rmcp_sys::elf::bound(i.value, &m.segments) else {
+                continue;
+            };
+            if target == crate::front::export(hook) {
+                continue;
+            }
+            let Some(rt) = maps
+                .iter()
+                .find(|r| r.contains(target) && locate::is_runtime_file(&r.name))
+            else {
+                continue; // another object's function: a wrapper, which calls on
+            };
+            if !functions.contains(&hook.name()) {
+                functions.push(hook.name());
+            }
+            runtime.get_or_insert(rt.name.clone());
+        }
+        if let Some(rt) = runtime {
+            out.push(Unreached {
+                object: m.name.clone(),
+                functions,
+                reason: format!(
+                    "bound to {rt} directly, past rmcp (loaded with RTLD_DEEPBIND, or its \
+                     own lookup scope puts the runtime first)"
+                ),
+            });
+        }
+    }
+    out
+}
+
 /// The object path contains one of RMCP_EXEMPT's patterns.
 fn exempt(path: &str, patterns: &[String]) -> bool {
     patterns
