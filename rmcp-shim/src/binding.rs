@@ -335,9 +335,8 @@ fn resolve(object: &LoadedObject, cfg: &Config, now: u64) -> Binding {
 /// directly (an interposer), or when the global scope agrees.
 fn bound_copy(object: &LoadedObject) -> Option<&'static Copy> {
     let unhooked = |name: &[u8]| name.starts_with(b"hip") && Hook::from_name(name).is_none();
-    let mapping = locate::mappings_with_imports(&unhooked)
-        .into_iter()
-        .find(|m| m.base == object.base && m.name == object.name)?;
+    let mapping =
+        locate::mapping_with_imports(object.base, &unhooked).filter(|m| m.name == object.name)?;
     let copy = mapping
         .imports
         .iter()

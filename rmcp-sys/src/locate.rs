@@ -184,8 +184,19 @@ pub fn mappings() -> Vec<Mapping> {
 /// during the loader's walk, which holds the lock `dlclose` takes to unmap an object, so an
 /// object another thread is unloading is never read half unmapped.
 pub fn mappings_with_imports(wanted: &dyn Fn(&[u8]) -> bool) -> Vec<Mapping> {
+    walk(None, wanted)
+}
+
+/// The object loaded at `base`, with its imports whose names `wanted` accepts (as
+/// [`mappings_with_imports`], reading no other object's).
+pub fn mapping_with_imports(base: usize, wanted: &dyn Fn(&[u8]) -> bool) -> Option<Mapping> {
+    walk(Some(base), wanted).into_iter().next()
+}
+
+fn walk(only: Option<usize>, wanted: &dyn Fn(&[u8]) -> bool) -> Vec<Mapping> {
     struct Walk<'a> {
         out: Vec<Mapping>,
+        only: Option<usize>,
         wanted: &'a dyn Fn(&[u8]) -> bool,
     }
     unsafe extern "C" fn collect(
@@ -208,6 +219,9 @@ pub fn mappings_with_imports(wanted: &dyn Fn(&[u8]) -> bool) -> Vec<Mapping> {
                 .into_owned()
         };
         let base = info.dlpi_addr as usize;
+        if walk.only.is_some_and(|b| b != base) {
+            return 0;
+        }
         let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
             &[]
         } else {
@@ -253,6 +267,7 @@ pub fn mappings_with_imports(wanted: &dyn Fn(&[u8]) -> bool) -> Vec<Mapping> {
     }
     let mut walk = Walk {
         out: Vec::new(),
+        only,
         wanted,
     };
     // SAFETY: the callback only reads the objects the loader lists and appends to `walk`,
