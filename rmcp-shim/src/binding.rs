@@ -255,6 +255,9 @@ fn for_new_caller(ret: usize, cfg: &Config, now: u64) -> Option<&'static Binding
     if crate::front::loader_inconsistent() {
         return in_forked_child(ret);
     }
+    if let Some(b) = from_snapshot(ret, now) {
+        return Some(b);
+    }
     forget_sites_before(now);
     let (link_map, _) = locate::link_map_of(ret)?;
     current(link_map, now, || locate::loaded_object(ret), cfg, Some(ret))
@@ -439,6 +442,36 @@ pub(crate) fn before_fork() {
     }
 }
 
+/// In a fork child, the generation it started in, plus one; 0 in the process that never
+/// forked.
+static CHILD_FROM: AtomicU64 = AtomicU64::new(0);
+
+/// Called in every fork child (`report`'s atfork handler).
+pub(crate) fn after_fork_in_child() {
+    CHILD_FROM.store(
+        crate::front::generation().wrapping_add(1),
+        Ordering::Release,
+    );
+}
+
+/// The binding the last fork step resolved for the object `ret` is in, without asking the
+/// loader, while it still holds: nothing was dlclosed since (in a fork child: nothing since
+/// the child started, for the parent's loader lock may be held by a thread the child does
+/// not have even when its state reads consistent).
+fn from_snapshot(ret: usize, now: u64) -> Option<&'static Binding> {
+    let snap = SNAPSHOT.get()?;
+    let child = CHILD_FROM.load(Ordering::Acquire) == now.wrapping_add(1);
+    if snap.generation != now && !child {
+        return None;
+    }
+    let (link_map, _) = snap
+        .objects
+        .iter()
+        .find(|(_, segments)| segments.iter().any(|&(s, e)| ret >= s && ret < e))?;
+    let b = cell(*link_map, false)?.get()?;
+    (b.generation == now || child).then_some(b)
+}
+
 /// In a fork child whose loader must not be asked anything: the caller's binding from the
 /// parent's snapshot, found by address; else the runtime the parent located.
 fn in_forked_child(ret: usize) -> Option<&'static Binding> {
@@ -468,8 +501,15 @@ static NOTED: Published<Vec<Unreached>> = Published::new();
 /// Every loaded object whose bound hooked imports reach a runtime directly instead of the
 /// shim's export, now and as noted earlier. Not the shim's objects, not a runtime itself
 /// (its calls of its own functions are its business), not a slot still unbound (lazy).
+///
+/// In a fork child only what was noted before: the walk takes the loader's list lock, which
+/// a thread the child does not have may have held at the fork (the exit report of such a
+/// child would wait forever).
 pub(crate) fn unreached() -> Vec<Unreached> {
     let mut all = NOTED.get().cloned().unwrap_or_default();
+    if CHILD_FROM.load(Ordering::Acquire) != 0 {
+        return all;
+    }
     for u in scan_unreached() {
         if !all.contains(&u) {
             all.push(u);

@@ -348,6 +348,7 @@ pub(crate) fn install_exit_hooks(cfg: &Config) {
 extern "C" fn after_fork_in_child() {
     // The child counts its own calls.
     stats::reset_after_fork();
+    crate::binding::after_fork_in_child();
 }
 
 extern "C" fn at_exit() {
