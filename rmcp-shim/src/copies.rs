@@ -4,8 +4,13 @@
 //! table. Each fact is asked once, by the first thread that needs it; another thread waits
 //! for the answer at most `PATIENCE` and then forwards its call unchanged, because a
 //! runtime query can take the loader's lock, which the waiting thread might hold.
+//!
+//! A copy holds the generation of loaded objects it was last seen in (`front::generation`):
+//! after a `dlclose`, the object at a copy's base is looked at again, and a copy that is no
+//! longer the same (another runtime loaded where one was unloaded) is a new copy, in a free
+//! slot or in place of one from an older generation.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rmcp_core::classify::{self, Device, DeviceClass};
 use rmcp_core::policy;
@@ -32,6 +37,8 @@ pub(crate) struct Copy {
     devices: ForkOnce<Listed>,
     /// The banner for this copy was logged.
     pub(crate) announced: AtomicBool,
+    /// The generation of loaded objects it was last found in.
+    generation: AtomicU64,
 }
 
 /// The devices of a copy and what they mean on a machine whose GPUs are partly affected.
@@ -82,14 +89,38 @@ fn in_object(base: usize) -> Option<usize> {
 }
 
 fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
-    // Slots fill in order; a slot another thread filled with another copy is passed over.
-    COPIES.iter().find_map(|slot| {
-        let c = slot.get_or_publish(|| new_copy(object));
-        (c.base == object.base).then_some(c)
-    })
+    let now = crate::front::generation();
+    let here = |c: &Copy| c.base == object.base;
+    if let Some(c) = all().find(|c| here(c) && c.generation.load(Ordering::Acquire) == now) {
+        return Some(c);
+    }
+    let mut fresh = Some(new_copy(object, now));
+    // Known in an older generation and still the same copy: its facts hold.
+    if let Some(f) = &fresh {
+        if let Some(c) = all().find(|c| here(c) && c.same_as(f)) {
+            c.generation.fetch_max(now, Ordering::AcqRel);
+            return Some(c);
+        }
+    }
+    // A new copy: slots fill in order; a slot another thread filled with another copy is
+    // passed over.
+    for slot in &COPIES {
+        let c = slot.get_or_publish(|| fresh.take().unwrap_or_else(|| new_copy(object, now)));
+        if here(c) && c.generation.load(Ordering::Acquire) == now {
+            return Some(c);
+        }
+    }
+    // All slots taken: in place of a copy not seen in this generation.
+    let slot = COPIES.iter().find(|slot| {
+        slot.get()
+            .is_some_and(|c| c.generation.load(Ordering::Acquire) < now)
+    })?;
+    let old = slot.get()?;
+    slot.replace(old, fresh.unwrap_or_else(|| new_copy(object, now)));
+    slot.get().filter(|c| here(c))
 }
 
-fn new_copy(object: &LoadedObject) -> Copy {
+fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
     let glibc = crate::front::glibc_dlsym();
     let api = crate::front::with_handle(object, |h| {
         HipApi::resolve(|name| {
@@ -111,10 +142,19 @@ fn new_copy(object: &LoadedObject) -> Copy {
         version: ForkOnce::new(),
         devices: ForkOnce::new(),
         announced: AtomicBool::new(false),
+        generation: AtomicU64::new(generation),
     }
 }
 
 impl Copy {
+    /// The same runtime as `other`: the same name and the same functions.
+    fn same_as(&self, other: &Copy) -> bool {
+        self.name == other.name
+            && HipApi::NAMES
+                .iter()
+                .all(|n| self.api.address_of(n) == other.api.address_of(n))
+    }
+
     /// hipRuntimeGetVersion, asked once (None: no answer, or another thread is still
     /// asking after `PATIENCE`).
     pub(crate) fn version(&self) -> Option<i32> {

@@ -93,6 +93,21 @@ extern "C" fn before_fork() {
     let _no_cancel = crate::cancel::NoCancel::new();
     let _ = catch_unwind(|| {
         crate::state::global();
+        crate::binding::before_fork();
+    });
+}
+
+/// For the front to call after a `dlopen` that may have bound a library past the shim
+/// (RTLD_DEEPBIND): builds the shared state (so the exit report is written) and names every
+/// loaded object whose hooked imports reach a runtime directly (`binding::note_loaded`), in
+/// the banner's log and the stats report. Never panics or unwinds. Not yet in
+/// `abi::Body`: the front's dlopen wrapper is the lead's (issue 22, shape 11).
+#[allow(dead_code)]
+pub(crate) extern "C" fn note_loaded() {
+    let _no_cancel = crate::cancel::NoCancel::new();
+    let _ = catch_unwind(|| {
+        crate::state::global();
+        crate::binding::note_loaded();
     });
 }
 
@@ -156,7 +171,6 @@ pub(crate) fn thread_block() -> Option<*mut u64> {
 /// front's `dlclose`), so anything learnt about an object under an older one may be stale.
 /// 0 without a front (unit tests).
 #[inline(always)]
-#[allow(dead_code)] // binding.rs and copies.rs take it up next (issue 22)
 pub(crate) fn generation() -> u64 {
     get().map_or(0, Front::generation)
 }
@@ -176,7 +190,27 @@ pub(crate) fn with_handle<R>(
     if loader_inconsistent() {
         return None;
     }
-    rmcp_sys::locate::with_handle(object, f)
+    rmcp_sys::locate::with_handle_closed_by(object, glibc_dlclose(), f)
+}
+
+/// glibc's dlclose, for the shim's own `RTLD_NOLOAD` handles: the front's `dlclose` (which
+/// the body's own calls would reach first) moves the generation on, and a reference the
+/// shim takes and drops unloads nothing. Found once, as the next definition after this
+/// library in its own scope (libc, or libdl before glibc 2.34).
+fn glibc_dlclose() -> rmcp_sys::locate::DlcloseFn {
+    static CLOSE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut p = CLOSE.load(Ordering::Acquire);
+    if p == 0 && get().is_some() {
+        // SAFETY: RTLD_NEXT and a NUL-terminated name; glibc's dlsym reads its caller (this
+        // library, loaded RTLD_LOCAL) and searches its own scope after it.
+        p = unsafe { glibc_dlsym()(libc::RTLD_NEXT, c"dlclose".as_ptr()) } as usize;
+        CLOSE.store(p, Ordering::Release);
+    }
+    if p == 0 {
+        return libc::dlclose;
+    }
+    // SAFETY: `p` is a definition of `dlclose` found by dlsym, with its C signature.
+    unsafe { std::mem::transmute::<usize, rmcp_sys::locate::DlcloseFn>(p) }
 }
 
 /// A pointer inside the front, for "is this handle the shim's own" (dladdr on it).

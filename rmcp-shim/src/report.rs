@@ -51,6 +51,16 @@ pub(crate) struct Report {
     /// The first copy's devices, if they were listed.
     pub(crate) devices: Vec<DeviceReport>,
     pub(crate) calls: BTreeMap<&'static str, Counts>,
+    /// Loaded objects whose hooked imports are bound past the shim (RTLD_DEEPBIND).
+    pub(crate) not_reached: Vec<NotReached>,
+}
+
+/// A loaded object whose calls of hooked functions do not reach the shim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct NotReached {
+    pub(crate) object: String,
+    pub(crate) functions: Vec<&'static str>,
+    pub(crate) reason: String,
 }
 
 impl Report {
@@ -71,6 +81,7 @@ impl Report {
             runtimes,
             devices,
             calls: HOOKS.iter().map(|(h, name)| (*name, counts(*h))).collect(),
+            not_reached: Vec::new(),
         }
     }
 
@@ -138,6 +149,14 @@ impl Report {
                 );
             }
         }
+        for n in &self.not_reached {
+            out.push_str(&format!(
+                "rmcp[{pid}] not reached: {}: {} ({})\n",
+                n.object,
+                n.functions.join(", "),
+                n.reason
+            ));
+        }
         out
     }
 }
@@ -171,11 +190,20 @@ fn device_reports(c: Option<&Copy>) -> Vec<DeviceReport> {
 }
 
 fn report(g: &Global) -> Report {
-    Report::new(
+    let mut r = Report::new(
         g.config.mode.as_str(),
         copies::all().map(runtime_report).collect(),
         device_reports(copies::all().next()),
-    )
+    );
+    r.not_reached = crate::binding::unreached()
+        .into_iter()
+        .map(|u| NotReached {
+            object: u.object,
+            functions: u.functions,
+            reason: u.reason,
+        })
+        .collect();
+    r
 }
 
 /// The banner or the stats report will want the version and the devices.
@@ -254,6 +282,12 @@ fn banner(g: &Global, c: &Copy) {
             }
         );
     }
+    static UNREACHED_TOLD: AtomicBool = AtomicBool::new(false);
+    if !UNREACHED_TOLD.swap(true, Ordering::Relaxed) {
+        for u in crate::binding::unreached() {
+            tracing::info!("{}", crate::binding::describe_unreached(&u));
+        }
+    }
 }
 
 /// HSA_OVERRIDE_GFX_VERSION[_<node>] as the process holds it now: read with getenv on
@@ -323,6 +357,7 @@ pub(crate) fn install_exit_hooks(cfg: &Config) {
 extern "C" fn after_fork_in_child() {
     // The child counts its own calls.
     stats::reset_after_fork();
+    crate::binding::after_fork_in_child();
 }
 
 extern "C" fn at_exit() {

@@ -6,6 +6,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
+pub mod elf;
 pub mod locate;
 
 /// `hipError_t`: every HIP entry point returns one.

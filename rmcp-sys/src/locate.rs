@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
 use crate::HipApi;
+use crate::elf::Memory;
 
 /// Sonames tried, newest first, when no runtime is mapped yet.
 pub const SONAMES: [&str; 3] = ["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"];
@@ -145,6 +146,200 @@ pub fn mapped_objects() -> Vec<MappedObject> {
     out
 }
 
+/// An object mapped in this process as the loader lists it (`dl_iterate_phdr`): where its
+/// segments are and where its dynamic section is, what it imports (when asked for:
+/// [`mappings_with_imports`]), and whether an address is in it without asking the loader
+/// ([`Mapping::contains`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// The name it was opened by; empty for the main program.
+    pub name: String,
+    pub base: usize,
+    /// Its `PT_LOAD` segments in memory, (start, end).
+    pub segments: Vec<(usize, usize)>,
+    /// Those of them mapped readable.
+    readable: Vec<(usize, usize)>,
+    /// Its `PT_DYNAMIC` in memory (0: none).
+    pub dynamic: usize,
+    /// The imports asked for, read during the walk.
+    pub imports: Vec<Import>,
+}
+
+/// A symbol an object imports (`elf::Dynamic::each_import`), with the GOT slot the loader
+/// fills for it and what the slot held when read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Import {
+    pub name: String,
+    pub slot: usize,
+    pub value: usize,
+}
+
+/// Every object mapped in the process, in load order, with its segments (the main program
+/// and the vDSO included). Takes the loader's list lock; calls no other loader function.
+pub fn mappings() -> Vec<Mapping> {
+    mappings_with_imports(&|_| false)
+}
+
+/// [`mappings`], with each object's imports whose names `wanted` accepts. They are read
+/// during the loader's walk, which holds the lock `dlclose` takes to unmap an object, so an
+/// object another thread is unloading is never read half unmapped.
+pub fn mappings_with_imports(wanted: &dyn Fn(&[u8]) -> bool) -> Vec<Mapping> {
+    walk(None, wanted)
+}
+
+/// The object loaded at `base`, with its imports whose names `wanted` accepts (as
+/// [`mappings_with_imports`], reading no other object's).
+pub fn mapping_with_imports(base: usize, wanted: &dyn Fn(&[u8]) -> bool) -> Option<Mapping> {
+    walk(Some(base), wanted).into_iter().next()
+}
+
+fn walk(only: Option<usize>, wanted: &dyn Fn(&[u8]) -> bool) -> Vec<Mapping> {
+    struct Walk<'a> {
+        out: Vec<Mapping>,
+        only: Option<usize>,
+        wanted: &'a dyn Fn(&[u8]) -> bool,
+    }
+    unsafe extern "C" fn collect(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the `&mut Walk` passed below, alive for the whole walk, and
+        // glibc calls this callback synchronously; `info` is valid for the duration of the
+        // call.
+        let walk = unsafe { &mut *(data as *mut Walk) };
+        // SAFETY: as above.
+        let info = unsafe { &*info };
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let base = info.dlpi_addr as usize;
+        if walk.only.is_some_and(|b| b != base) {
+            return 0;
+        }
+        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+            &[]
+        } else {
+            // SAFETY: the loader hands `dlpi_phnum` program headers at `dlpi_phdr`, mapped
+            // for as long as the object is (and it is loaded during the walk).
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        let mut m = Mapping {
+            name,
+            base,
+            segments: Vec::new(),
+            readable: Vec::new(),
+            dynamic: 0,
+            imports: Vec::new(),
+        };
+        for ph in phdrs {
+            let start = base.wrapping_add(ph.p_vaddr as usize);
+            match ph.p_type {
+                libc::PT_LOAD => {
+                    let seg = (start, start.wrapping_add(ph.p_memsz as usize));
+                    m.segments.push(seg);
+                    if ph.p_flags & libc::PF_R != 0 {
+                        m.readable.push(seg);
+                    }
+                }
+                libc::PT_DYNAMIC => m.dynamic = start,
+                _ => {}
+            }
+        }
+        let mut imports = Vec::new();
+        m.each_import(|name, slot, value| {
+            if (walk.wanted)(name) {
+                imports.push(Import {
+                    name: String::from_utf8_lossy(name).into_owned(),
+                    slot,
+                    value,
+                });
+            }
+        });
+        m.imports = imports;
+        walk.out.push(m);
+        0
+    }
+    let mut walk = Walk {
+        out: Vec::new(),
+        only,
+        wanted,
+    };
+    // SAFETY: the callback only reads the objects the loader lists and appends to `walk`,
+    // which outlives the call; it calls no loader function.
+    unsafe {
+        libc::dl_iterate_phdr(Some(collect), &mut walk as *mut Walk as *mut c_void);
+    }
+    walk.out
+}
+
+impl Mapping {
+    /// `addr` is inside one of the object's segments.
+    pub fn contains(&self, addr: usize) -> bool {
+        self.segments.iter().any(|&(s, e)| addr >= s && addr < e)
+    }
+
+    /// Calls `f(name, slot, value)` for each function or data symbol the object imports
+    /// (`elf::Dynamic::each_import`): the address of its GOT slot and what the slot holds
+    /// now. Reads only the object's own readable segments; called during the loader's walk,
+    /// so the object stays mapped.
+    fn each_import(&self, mut f: impl FnMut(&[u8], usize, usize)) {
+        if self.dynamic == 0 {
+            return;
+        }
+        let mem = Live(&self.readable);
+        let Some(d) = crate::elf::Dynamic::read(&mem, self.base, self.dynamic, &self.segments)
+        else {
+            return;
+        };
+        d.each_import(&mem, self.base, |name, slot| {
+            if let Some(v) = mem.u64_at(slot) {
+                f(name, slot, v as usize);
+            }
+        });
+    }
+}
+
+/// This process's memory, read only inside the given ranges (an object's readable
+/// segments, which stay mapped while it is loaded).
+struct Live<'a>(&'a [(usize, usize)]);
+
+impl Live<'_> {
+    fn inside(&self, addr: usize, len: usize) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        self.0.iter().any(|&(s, e)| addr >= s && end <= e)
+    }
+}
+
+impl crate::elf::Memory for Live<'_> {
+    fn u64_at(&self, addr: usize) -> Option<u64> {
+        if addr % 8 != 0 || !self.inside(addr, 8) {
+            return None;
+        }
+        // SAFETY: the 8 aligned bytes are inside a readable segment of a loaded object;
+        // read as an atomic because the loader may write a GOT slot at any time (lazy
+        // binding), which is then a race only on the value, never undefined behaviour.
+        let v = unsafe { &*(addr as *const std::sync::atomic::AtomicU64) };
+        Some(v.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn u8_at(&self, addr: usize) -> Option<u8> {
+        if !self.inside(addr, 1) {
+            return None;
+        }
+        // SAFETY: inside a readable segment of a loaded object (string tables are never
+        // written after load).
+        Some(unsafe { std::ptr::read_volatile(addr as *const u8) })
+    }
+}
+
 /// The HIP runtime copies mapped now, in load order, excluding the object at `exclude_base`.
 pub fn mapped_runtimes(exclude_base: usize) -> Vec<MappedObject> {
     mapped_objects()
@@ -211,6 +406,24 @@ pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
     })
 }
 
+/// The link map and load base of the object containing `addr` (`dladdr1`), without its
+/// name: no allocation. Takes the loader's lock.
+pub fn link_map_of(addr: usize) -> Option<(usize, usize)> {
+    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: as in `loaded_object`.
+    let ok = unsafe {
+        libc::dladdr1(
+            addr as *const c_void,
+            &mut info,
+            &mut map as *mut *mut c_void,
+            RTLD_DL_LINKMAP,
+        )
+    };
+    (ok != 0 && !map.is_null()).then_some((map as usize, info.dli_fbase as usize))
+}
+
 /// Runs `f` with a `dlsym` handle for `object`, taken with `dlopen(RTLD_NOLOAD)` (nothing is
 /// loaded) and released after `f`, so the object's lifetime stays the program's business. A
 /// link map from `dladdr1` is not itself a usable handle: glibc builds an object's search
@@ -218,6 +431,19 @@ pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
 /// (another namespace, or a name that now means another file). Clears a pending `dlerror()`
 /// message, as every dl* call that can fail does in glibc.
 pub fn with_handle<R>(object: &LoadedObject, f: impl FnOnce(*mut c_void) -> R) -> Option<R> {
+    with_handle_closed_by(object, libc::dlclose, f)
+}
+
+/// `dlclose`'s signature.
+pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// [`with_handle`], releasing the handle with `close` (glibc's dlclose, where the caller's
+/// own `dlclose` would reach a wrapper that must not see it).
+pub fn with_handle_closed_by<R>(
+    object: &LoadedObject,
+    close: DlcloseFn,
+    f: impl FnOnce(*mut c_void) -> R,
+) -> Option<R> {
     let name = std::ffi::CString::new(object.name.as_str()).ok()?;
     // The main program has no name: dlopen(NULL) is its handle.
     let name_ptr = if object.name.is_empty() {
@@ -233,8 +459,9 @@ pub fn with_handle<R>(object: &LoadedObject, f: impl FnOnce(*mut c_void) -> R) -
     }
     let same = handle as usize == object.link_map;
     let out = same.then(|| f(handle));
-    // SAFETY: `handle` came from the dlopen above; this drops only that reference.
-    unsafe { libc::dlclose(handle) };
+    // SAFETY: `handle` came from the dlopen above; this drops only that reference (`close`
+    // is a dlclose).
+    unsafe { close(handle) };
     out
 }
 
@@ -364,6 +591,40 @@ mod tests {
                 .any(|o| basename(&o.path).starts_with("libc.so"))
         );
         assert!(mapped_runtimes(0).is_empty());
+    }
+
+    #[test]
+    fn this_test_programs_imports_are_read_and_bound_to_libc() {
+        // The test executable imports dlsym; once bound (by a call, or at load), its GOT
+        // slot holds libc's dlsym, which is what this reader must find.
+        // SAFETY: a NUL-terminated name; RTLD_DEFAULT.
+        let ours = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"dlsym".as_ptr()) } as usize;
+        let maps = mappings_with_imports(&|name| name.starts_with(b"dl"));
+        let here = this_test_programs_imports_are_read_and_bound_to_libc as *const () as usize;
+        let exe = maps
+            .iter()
+            .find(|m| m.contains(here))
+            .expect("the test program is mapped");
+        let mut seen = Vec::new();
+        for i in &exe.imports {
+            assert!(exe.contains(i.slot), "a GOT slot is in the object");
+            seen.push((i.name.clone(), i.value));
+        }
+        assert!(mappings().iter().all(|m| m.imports.is_empty()));
+        assert!(seen.iter().any(|(n, _)| n == "dladdr"), "{seen:?}");
+        let dlsym = seen
+            .iter()
+            .find(|(n, _)| n == "dlsym")
+            .expect("dlsym imported");
+        assert!(
+            crate::elf::bound(dlsym.1, &exe.segments).is_none_or(|v| v == ours),
+            "{:#x} {ours:#x}",
+            dlsym.1
+        );
+        assert!(
+            maps.iter()
+                .any(|m| basename(&m.name).starts_with("libc.so"))
+        );
     }
 
     #[test]
