@@ -39,6 +39,7 @@ mod devices;
 mod dlsym;
 mod exports;
 mod front;
+mod handout;
 mod intercept;
 mod log;
 mod once;
