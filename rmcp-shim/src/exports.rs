@@ -153,9 +153,9 @@ macro_rules! exports {
             $(
                 #[allow(non_snake_case)]
                 #[inline(always)]
-                pub(super) unsafe fn $name($($arg: $ty,)* caller: Caller) -> HipError {
-                    let call = Call { hook: Hook::$variant, out: $out, size: $size, flags: $flags, caller };
-                    let rc = intercept(call, |api| {
+                pub(super) unsafe fn $name<const COPY: bool>($($arg: $ty,)* ret: usize) -> HipError {
+                    let call = Call { hook: Hook::$variant, out: $out, size: $size, flags: $flags, ret };
+                    let rc = intercept::<COPY>(call, |api| {
                         // SAFETY: the caller's own arguments, passed on unchanged to the
                         // runtime's function of the same name and C signature.
                         api.$name.map(|f| unsafe { f($($arg),*) })
@@ -166,14 +166,14 @@ macro_rules! exports {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             // SAFETY: the caller's own arguments, which the runtime just
                             // accepted.
-                            unsafe { substitute_proc_address(Hook::$variant, $sym, $pfn, caller) }
+                            unsafe { substitute_proc_address(Hook::$variant, $sym, $pfn, Caller::of::<COPY>(ret)) }
                         }));
                     } )?
                     $( if rc == error::SUCCESS {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             // SAFETY: the runtime accepted the caller's call, so `$prop`
                             // points to the hipMemAllocationProp it read.
-                            unsafe { count_host_location(Hook::$variant, $prop, caller) }
+                            unsafe { count_host_location(Hook::$variant, $prop, Caller::of::<COPY>(ret)) }
                         }));
                     } )?
                     rc
@@ -188,7 +188,7 @@ macro_rules! exports {
                 #[allow(non_snake_case)]
                 pub(super) unsafe extern "C" fn $name($($arg: $ty,)* ret: usize) -> HipError {
                     // SAFETY: the caller's own arguments, as the entry received them.
-                    unsafe { work::$name($($arg,)* Caller::At(ret)) }
+                    unsafe { work::$name::<false>($($arg,)* ret) }
                 }
             )*
         }
@@ -200,7 +200,7 @@ macro_rules! exports {
                 #[allow(non_snake_case)]
                 pub(super) unsafe extern "C" fn $name($($arg: $ty,)* slot: usize) -> HipError {
                     // SAFETY: as in `body`.
-                    unsafe { work::$name($($arg,)* Caller::Copy(slot)) }
+                    unsafe { work::$name::<true>($($arg,)* slot) }
                 }
             )*
         }

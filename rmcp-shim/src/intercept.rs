@@ -101,6 +101,19 @@ pub(crate) enum Caller {
     Copy(usize),
 }
 
+impl Caller {
+    /// The caller of a call that came through an ordinary entry (`COPY` false) or a
+    /// per-copy entry (true), with `ret` as that entry passed it.
+    #[inline(always)]
+    pub(crate) fn of<const COPY: bool>(ret: usize) -> Caller {
+        if COPY {
+            Caller::Copy(ret)
+        } else {
+            Caller::At(ret)
+        }
+    }
+}
+
 /// The binding a call from `caller` uses: its object's; for a caller no object holds,
 /// what the loader would have bound; for a per-copy entry, its copy's.
 #[inline(always)]
@@ -119,30 +132,35 @@ pub(crate) struct Call {
     pub(crate) out: *mut *mut c_void,
     pub(crate) size: usize,
     pub(crate) flags: u32,
-    /// Who made it.
-    pub(crate) caller: Caller,
+    /// The hook's return address, naming the caller; through a per-copy entry, the copy's
+    /// slot ([`Caller::of`]).
+    pub(crate) ret: usize,
 }
 
 /// The body of every hook. `asked` makes the caller's call to the runtime's function of
-/// the same name (None if the runtime lacks it).
+/// the same name (None if the runtime lacks it). `COPY`: the call came through a per-copy
+/// entry (a compile-time choice, so an ordinary call pays nothing for it).
 #[inline(always)]
-pub(crate) fn intercept(call: Call, asked: impl Fn(&HipApi) -> Option<HipError>) -> HipError {
-    thread::with(|t| intercept_on(t, call, &asked))
+pub(crate) fn intercept<const COPY: bool>(
+    call: Call,
+    asked: impl Fn(&HipApi) -> Option<HipError>,
+) -> HipError {
+    thread::with(|t| intercept_on::<COPY>(t, call, &asked))
 }
 
 #[inline(always)]
-fn intercept_on(
+fn intercept_on<const COPY: bool>(
     t: &ThreadState,
     call: Call,
     asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
     if t.inside() {
-        return forward_bare(call.caller, asked);
+        return forward_bare(Caller::of::<COPY>(call.ret), asked);
     }
     // No guard with a destructor: the runtime call below may be unwound by a thread
     // cancellation, and this frame must then have nothing to run (crate::cancel).
     t.mark_inside();
-    let rc = decide_and_call(t, call, asked);
+    let rc = decide_and_call::<COPY>(t, call, asked);
     t.leave();
     rc
 }
@@ -151,16 +169,17 @@ fn intercept_on(
 /// `catch_unwind` (cancellation off where they may meet a cancellation point), the runtime
 /// called outside them, as cancellable as the caller's call would have been.
 #[inline(always)]
-fn decide_and_call(
+fn decide_and_call<const COPY: bool>(
     t: &ThreadState,
     call: Call,
     asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
+    let caller = Caller::of::<COPY>(call.ret);
     let Ok(global) = catch_unwind(state::global) else {
-        return forward_bare(call.caller, asked);
+        return forward_bare(caller, asked);
     };
-    let Ok(Some(binding)) = catch_unwind(|| binding_of(call.caller, global.config)) else {
-        return forward_bare(call.caller, asked);
+    let Ok(Some(binding)) = catch_unwind(|| binding_of(caller, global.config)) else {
+        return forward_bare(caller, asked);
     };
     let api = &binding.api;
     let facts = CallFacts { global, binding };
@@ -195,7 +214,7 @@ fn decide_and_call(
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let coherent =
             rc == error::SUCCESS && decision == Decision::Unchanged && left_coherent(call, binding);
-        after(t, call, decision, rc, fallback, lacks, coherent);
+        after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
         }
@@ -288,7 +307,7 @@ pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, caller
     });
 }
 
-fn after(
+fn after<const COPY: bool>(
     t: &ThreadState,
     call: Call,
     decision: Decision,
@@ -301,7 +320,7 @@ fn after(
         hook,
         size,
         flags,
-        caller,
+        ret,
         ..
     } = call;
     stats::record(
@@ -330,7 +349,7 @@ fn after(
             "{} size={size} flags={flags:#x} -> {} caller={} rc={rc}{}{}",
             hook.name(),
             describe(fw),
-            describe_caller(caller),
+            describe_caller(Caller::of::<COPY>(ret)),
             if fallback {
                 " (fell back to the caller's call)"
             } else {
