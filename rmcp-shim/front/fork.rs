@@ -1,4 +1,5 @@
-//! Fork: a child never maps the body for the first time (issue 22, shape 4).
+//! Fork: a child never maps the body for the first time (issue 22, shape 4); and the
+//! loader's count of unloaded objects, for the front's `dlclose`.
 //!
 //! A child of a multi-threaded parent inherits the loader's lock as it was at the fork: held,
 //! if another thread was inside dlopen or dlclose, by a thread the child does not have.
@@ -15,7 +16,7 @@
 //! (`abi::Front::loader_inconsistent`), which then resolves without dlopen.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::sys::{self, DlPhdrInfo};
 use crate::{FRONT, body, installs};
@@ -79,4 +80,30 @@ extern "C" fn visit(info: *const DlPhdrInfo, _size: usize, data: *mut c_void) ->
         unsafe { *data.cast::<bool>() = true };
     }
     c_int::from(hit)
+}
+
+/// How many objects the loader has unloaded in this process (`dlpi_subs` of
+/// `dl_iterate_phdr`, glibc 2.4 and later): the front's `dlclose` tells from it whether a
+/// call unmapped anything. `u64::MAX` when the loader does not say.
+pub fn unloads() -> u64 {
+    let subs = AtomicU64::new(u64::MAX);
+    // SAFETY: `read_subs` only reads the first entry and stores into `subs`, which lives
+    // across the call.
+    unsafe { sys::dl_iterate_phdr(read_subs, (&raw const subs).cast_mut().cast()) };
+    subs.load(Ordering::Relaxed)
+}
+
+/// Where `dlpi_subs` is in `struct dl_phdr_info` (link.h, x86-64): after the address, the
+/// name, the headers, `dlpi_phnum` (padded to 8) and `dlpi_adds`.
+const SUBS_OFFSET: usize = 40;
+
+extern "C" fn read_subs(info: *const DlPhdrInfo, size: usize, data: *mut c_void) -> c_int {
+    if size >= SUBS_OFFSET + 8 && !info.is_null() {
+        // SAFETY: the loader's entry is `size` bytes long, which covers the field.
+        let subs =
+            unsafe { core::ptr::read_unaligned((info as usize + SUBS_OFFSET) as *const u64) };
+        // SAFETY: `data` is `unloads`'s atomic.
+        unsafe { (*data.cast::<AtomicU64>()).store(subs, Ordering::Relaxed) };
+    }
+    1
 }

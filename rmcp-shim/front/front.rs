@@ -454,8 +454,9 @@ fn next_dlclose() -> Option<sys::DlcloseFn> {
     (p != 0).then(|| unsafe { core::mem::transmute::<usize, sys::DlcloseFn>(p) })
 }
 
-/// `int dlclose(void *handle)`: the next dlclose's answer, unchanged; once it has returned,
-/// the generation of loaded objects moves on (`abi::Front::generation`), so that the body
+/// `int dlclose(void *handle)`: the next dlclose's answer, unchanged; once it has returned
+/// and the loader's count of unloaded objects has moved, the generation of loaded objects
+/// moves on (`abi::Front::generation`), so that the body
 /// forgets what it learnt about objects that may be gone (issue 22: a library unloaded and
 /// another mapped at its address must not inherit its callers' bindings). glibc's dlclose
 /// does not read its caller's address, so this is a plain call.
@@ -469,7 +470,13 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     };
     // SAFETY: the caller's handle, as it passed it.
     let rc = unsafe { close(handle) };
-    FRONT.generation.fetch_add(1, Ordering::AcqRel);
+    // Only a dlclose that unmapped something makes what the body knows stale; most give
+    // back a reference (an RTLD_NOLOAD probe, a library still in use).
+    static UNLOADS: AtomicU64 = AtomicU64::new(0);
+    let now = fork::unloads();
+    if now == u64::MAX || UNLOADS.swap(now, Ordering::AcqRel) != now {
+        FRONT.generation.fetch_add(1, Ordering::AcqRel);
+    }
     rc
 }
 

@@ -14,12 +14,11 @@
 //! 2. else the definition in the caller's own dependency tree (`dlsym` on its link map,
 //!    which glibc's handles are): the runtime an RTLD_LOCAL dlopen brought in, which is how
 //!    every Python extension loads it;
-//! 3. else a function the caller was handed by `dlsym` on a runtime's handle or by
-//!    `hipGetProcAddress`, and given the shim's in its place ([`record`]).
 //!
 //! So each framework reaches its own runtime copy when two are mapped, an interposer after
 //! the shim sees every call, and a caller none of this finds gets the runtime `state`
-//! locates (RMCP_HIP_LIBRARY, then the sonames), as before.
+//! locates (RMCP_HIP_LIBRARY, then the sonames), as before. What `dlsym` and
+//! `hipGetProcAddress` hand out carries its own destination (`handout`).
 //!
 //! Tables: `OBJECTS` maps a link map to its `Binding` (`Published`: two threads resolving
 //! the same object both build one, the first published wins; past its capacity, a
@@ -59,6 +58,19 @@ pub(crate) struct Binding {
     pub(crate) exempt: bool,
     /// The generation of loaded objects it was resolved in (`front::generation`).
     generation: u64,
+}
+
+impl Binding {
+    /// A binding learnt now, for callers no object table keeps (`handout`): stamped with
+    /// the current generation of loaded objects.
+    pub(crate) fn now(api: HipApi, copy: Option<&'static Copy>, exempt: bool) -> Binding {
+        Binding {
+            api,
+            copy,
+            exempt,
+            generation: crate::front::generation(),
+        }
+    }
 }
 
 const OBJECT_SLOTS: usize = 4096;
@@ -652,69 +664,6 @@ pub(crate) fn is_runtime_function(addr: usize) -> bool {
     locate::loaded_object(addr).is_some_and(|o| {
         locate::is_runtime_file(&o.name) && locate::namespace_of(o.link_map) == Some(0)
     })
-}
-
-/// The caller at `ret` was handed `function` for `hook` (by dlsym on a runtime's handle, or
-/// by hipGetProcAddress) and is about to get the shim's instead: make its calls reach
-/// `function`. False if that cannot be promised (the caller is unknown or the tables are
-/// full); then the caller keeps the runtime's function.
-pub(crate) fn record(ret: usize, hook: Hook, function: usize) -> bool {
-    let _no_cancel = crate::cancel::NoCancel::new();
-    if crate::front::loader_inconsistent() {
-        return false;
-    }
-    let now = crate::front::generation();
-    forget_sites_before(now);
-    let Some(object) = locate::loaded_object(ret) else {
-        return false;
-    };
-    let cfg = crate::state::config();
-    let link_map = object.link_map;
-    let Some(b) = current(link_map, now, || Some(object), cfg, Some(ret)) else {
-        return false;
-    };
-    let Some(cell) = cell(link_map, false) else {
-        return false;
-    };
-    // The caller's calls through the shim's function reach what its binding holds.
-    match b.api.address_of(hook.name()) {
-        Some(f) if f == function => return true,
-        Some(_) => return false,
-        None => {}
-    }
-    // The binding lacks the name (the runtime is not in the caller's scopes): a binding
-    // that holds the handed-out function replaces it.
-    let copy = copies::of_function(function);
-    let mut api = copy.map_or(b.api, |c| c.api);
-    if api.address_of(hook.name()) != Some(function) {
-        return false;
-    }
-    fill_missing(&mut api, &b.api);
-    // If another thread replaced it first, that binding holds the function too, or the
-    // next call through the shim's function records it again.
-    cell.replace(
-        b,
-        Binding {
-            api,
-            copy,
-            exempt: b.exempt,
-            generation: b.generation,
-        },
-    );
-    true
-}
-
-/// Names `api` lacks, taken from `from`.
-fn fill_missing(api: &mut HipApi, from: &HipApi) {
-    let resolved = *api;
-    let fallback = *from;
-    *api = HipApi::resolve(|name| {
-        let n = name.to_str().unwrap_or("");
-        resolved
-            .address_of(n)
-            .or_else(|| fallback.address_of(n))
-            .map_or(null_mut(), |a| a as *mut c_void)
-    });
 }
 
 #[cfg(test)]

@@ -16,9 +16,10 @@
 //!   after the shim, then the caller's own dependency tree. NULL stays NULL and another
 //!   library's function stays that function, so presence probes answer as before. Only when
 //!   the answer is a HIP runtime's function in the base link-map namespace, and the mode
-//!   allows it, does the caller get the shim's function instead; the runtime's function is
-//!   recorded as that caller's binding (`binding::record`), so calls through the shim's
-//!   function reach it.
+//!   allows it, does the caller get the shim's function instead: one whose calls reach the
+//!   function found, whoever makes them (`handout`: the front's export when the global
+//!   scope binds that function after the shim, else the copy's own entry). An exempt caller
+//!   (RMCP_EXEMPT) keeps the runtime's function.
 //! - A lookup never loads, maps or initialises a runtime. In a process without HIP it does
 //!   not even reach this library: the front answers NULL itself when the answer without the
 //!   shim is NULL, and maps this library only when a runtime defines the name.
@@ -37,7 +38,7 @@ use rmcp_core::policy;
 use rmcp_core::registry::Hook;
 
 use crate::front::{self, next_dlsym as next};
-use crate::{binding, state, thread};
+use crate::{binding, handout, state, thread};
 
 /// The front's `dlsym` goes on here for a hooked name, with the caller's return address
 /// as `ret`.
@@ -81,11 +82,17 @@ fn answer(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usize) ->
         if !policy::substitute_dlsym(cfg.mode, cfg.hook_dlsym) {
             return found;
         }
-        if !binding::record(ret, hook, found as usize) {
+        // An exempt caller keeps the runtime's function.
+        if !cfg.exempt.is_empty() && binding::for_caller(ret, cfg).is_some_and(|b| b.exempt) {
             return found;
         }
+        // SAFETY: as in `lookup`: a NUL-terminated name.
+        let name = unsafe { CStr::from_ptr(symbol) };
+        let Some(mine) = handout::substitute(hook, name, found as usize) else {
+            return found;
+        };
         tracing::debug!("dlsym({}): handing back rmcp's function", hook.name());
-        front::export(hook) as *mut c_void
+        mine as *mut c_void
     })
 }
 

@@ -12,6 +12,13 @@
 //! the caller. The register is derived from the argument count at compile time, and every
 //! argument's type is checked at compile time to travel in an integer register, so a row
 //! added to the table cannot make a trampoline overwrite an argument.
+//!
+//! Per-copy entries (issue 22): for each hook, [`COPY_ENTRIES`] more trampolines, one per
+//! slot of `handout`'s copy table. Entry `k` puts `k` in that same register instead of a
+//! return address and jumps to the hook's per-copy body, which sends the call to slot `k`'s
+//! runtime copy whoever makes it (JIT code, another object, another thread): what `dlsym`
+//! on a copy's handle and a copy's `hipGetProcAddress` hand out, so the destination travels
+//! in the pointer. The ordinary entries and bodies are unchanged by them.
 
 use std::ffi::{c_int, c_uint};
 
@@ -20,7 +27,7 @@ use std::ffi::c_void;
 use rmcp_core::registry::Hook;
 use rmcp_sys::{HipError, error};
 
-use crate::intercept::{Call, count_host_location, intercept, substitute_proc_address};
+use crate::intercept::{Call, Caller, count_host_location, intercept, substitute_proc_address};
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("the trampolines are written for x86-64 only");
@@ -31,6 +38,19 @@ macro_rules! entry_label {
         concat!("rmcp_body_", stringify!($name))
     };
 }
+
+/// The label of a hook's first per-copy entry; entry `k` is `COPY_ENTRY_SIZE * k` past it.
+macro_rules! copy_entries_label {
+    ($name:ident) => {
+        concat!("rmcp_body_copies_", stringify!($name))
+    };
+}
+
+/// How many runtime copies have entries of their own (`handout` hands out the runtime's own
+/// function for copies past these, and says so).
+pub(crate) const COPY_ENTRIES: usize = 8;
+/// The bytes each per-copy entry takes: the assembler checks that each fits.
+const COPY_ENTRY_SIZE: usize = 16;
 
 /// System V x86-64: integer arguments travel in rdi, rsi, rdx, rcx, r8, r9. The return
 /// address goes in the first one the function's own arguments leave free.
@@ -100,15 +120,42 @@ macro_rules! exports {
                 ".popsection",
                 body = sym body::$name,
             );
+            // The per-copy entries: COPY_ENTRIES of them, each padded to COPY_ENTRY_SIZE
+            // bytes, each passing its own index where the return address goes.
+            core::arch::global_asm!(
+                ".pushsection .text",
+                ".p2align 4",
+                concat!(".globl ", copy_entries_label!($name)),
+                concat!(".hidden ", copy_entries_label!($name)),
+                concat!(".type ", copy_entries_label!($name), ", @function"),
+                concat!(copy_entries_label!($name), ":"),
+                // One entry per slot: the list must name 0 to COPY_ENTRIES - 1 (checked
+                // below the macro).
+                ".irp k,0,1,2,3,4,5,6,7",
+                concat!("mov ", return_address_register!($($arg)*), ", \\k"),
+                // `jmp rel32`, spelt out so that the entry's size is fixed.
+                ".byte 0xe9",
+                ".long {body} - . - 4",
+                // Pads to the next entry; the assembler fails if an entry is longer
+                // (`.org` cannot move backwards).
+                concat!(".org ", copy_entries_label!($name), " + {size} * (\\k + 1), 0xcc"),
+                ".endr",
+                concat!(".size ", copy_entries_label!($name), ", . - ", copy_entries_label!($name)),
+                ".popsection",
+                body = sym copy_body::$name,
+                size = const COPY_ENTRY_SIZE,
+            );
         )*
 
-        mod body {
+        /// What every hook does, for both kinds of entry.
+        mod work {
             use super::*;
             $(
                 #[allow(non_snake_case)]
-                pub(super) unsafe extern "C" fn $name($($arg: $ty,)* ret: usize) -> HipError {
+                #[inline(always)]
+                pub(super) unsafe fn $name<const COPY: bool>($($arg: $ty,)* ret: usize) -> HipError {
                     let call = Call { hook: Hook::$variant, out: $out, size: $size, flags: $flags, ret };
-                    let rc = intercept(call, |api| {
+                    let rc = intercept::<COPY>(call, |api| {
                         // SAFETY: the caller's own arguments, passed on unchanged to the
                         // runtime's function of the same name and C signature.
                         api.$name.map(|f| unsafe { f($($arg),*) })
@@ -119,17 +166,41 @@ macro_rules! exports {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             // SAFETY: the caller's own arguments, which the runtime just
                             // accepted.
-                            unsafe { substitute_proc_address(Hook::$variant, $sym, $pfn, ret) }
+                            unsafe { substitute_proc_address(Hook::$variant, $sym, $pfn, Caller::of::<COPY>(ret)) }
                         }));
                     } )?
                     $( if rc == error::SUCCESS {
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             // SAFETY: the runtime accepted the caller's call, so `$prop`
                             // points to the hipMemAllocationProp it read.
-                            unsafe { count_host_location(Hook::$variant, $prop, ret) }
+                            unsafe { count_host_location(Hook::$variant, $prop, Caller::of::<COPY>(ret)) }
                         }));
                     } )?
                     rc
+                }
+            )*
+        }
+
+        /// The ordinary entries' bodies: `ret` is the caller's return address.
+        mod body {
+            use super::*;
+            $(
+                #[allow(non_snake_case)]
+                pub(super) unsafe extern "C" fn $name($($arg: $ty,)* ret: usize) -> HipError {
+                    // SAFETY: the caller's own arguments, as the entry received them.
+                    unsafe { work::$name::<false>($($arg,)* ret) }
+                }
+            )*
+        }
+
+        /// The per-copy entries' bodies: `slot` is the entry's index, not a return address.
+        mod copy_body {
+            use super::*;
+            $(
+                #[allow(non_snake_case)]
+                pub(super) unsafe extern "C" fn $name($($arg: $ty,)* slot: usize) -> HipError {
+                    // SAFETY: as in `body`.
+                    unsafe { work::$name::<true>($($arg,)* slot) }
                 }
             )*
         }
@@ -143,6 +214,27 @@ macro_rules! exports {
             }
         }
 
+        mod copy_entries {
+            unsafe extern "C" {
+                $(
+                    #[link_name = copy_entries_label!($name)]
+                    pub(super) fn $name();
+                )*
+            }
+        }
+
+        /// The per-copy entry `slot` (below [`COPY_ENTRIES`]) for `hook`: calls through it
+        /// reach slot `slot`'s copy (`handout`).
+        pub(crate) fn copy_entry(hook: Hook, slot: usize) -> Option<*const c_void> {
+            if slot >= COPY_ENTRIES {
+                return None;
+            }
+            let first = match hook {
+                $( Hook::$variant => copy_entries::$name as *const c_void, )*
+            };
+            Some(first.wrapping_byte_add(slot * COPY_ENTRY_SIZE))
+        }
+
         /// This library's entry for `hook`, which the front's export jumps to.
         pub(crate) fn entry(hook: Hook) -> *const c_void {
             match hook {
@@ -153,6 +245,9 @@ macro_rules! exports {
 }
 
 rmcp_sys::hooked_functions!(exports);
+
+// The per-copy entries' `.irp` list names slots 0 to 7.
+const _: () = assert!(COPY_ENTRIES == 8);
 
 /// The front's `size_t rmcp_shim_stats(char *buf, size_t len)` calls this: writes this
 /// process's counters as UTF-8 JSON (the RMCP_STATS_FILE report, no terminating NUL) into

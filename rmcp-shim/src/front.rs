@@ -97,20 +97,6 @@ extern "C" fn before_fork() {
     });
 }
 
-/// For the front to call after a `dlopen` that may have bound a library past the shim
-/// (RTLD_DEEPBIND): builds the shared state (so the exit report is written) and names every
-/// loaded object whose hooked imports reach a runtime directly (`binding::note_loaded`), in
-/// the banner's log and the stats report. Never panics or unwinds. Not yet in
-/// `abi::Body`: the front's dlopen wrapper is the lead's (issue 22, shape 11).
-#[allow(dead_code)]
-pub(crate) extern "C" fn note_loaded() {
-    let _no_cancel = crate::cancel::NoCancel::new();
-    let _ = catch_unwind(|| {
-        crate::state::global();
-        crate::binding::note_loaded();
-    });
-}
-
 /// The front calls this at exit in a process that loaded a library with RTLD_DEEPBIND
 /// (`abi::Body::deepbind_seen`). Never panics or unwinds.
 extern "C" fn deepbind_seen() {

@@ -19,6 +19,7 @@ use rmcp_sys::{HipApi, HipError, error};
 use rmcp_core::classify::Classes;
 
 use crate::binding::{self, Binding};
+use crate::handout;
 use crate::state::{self, Global};
 use crate::stats::{self, Outcome};
 use crate::thread::{self, ThreadState};
@@ -78,21 +79,49 @@ fn call_forward(api: &HipApi, fw: Forward, out: *mut *mut c_void, size: usize) -
 /// A call made from inside a call the shim is forwarding (a runtime calling its own
 /// exported functions through its PLT), or one the shim cannot decide for: to the function
 /// the caller would have reached, unchanged, not counted. Never waits for another thread.
+/// A caller no rule places reaches what the loader would have bound (`handout::unplaced`).
 #[cold]
-fn forward_bare(ret: usize, asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
-    let found = catch_unwind(|| binding::for_caller(ret, state::config()).map(|b| b.api))
+fn forward_bare(caller: Caller, asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
+    let found = catch_unwind(|| binding_of(caller, state::config()).map(|b| b.api))
         .ok()
-        .flatten()
-        .or_else(|| catch_unwind(next_in_global).ok());
+        .flatten();
     match found {
         Some(api) => asked(&api).unwrap_or(error::SHARED_OBJECT_SYMBOL_NOT_FOUND),
         None => error::SHARED_OBJECT_SYMBOL_NOT_FOUND,
     }
 }
 
-/// The next definitions after the shim in the global scope, looked up now (nothing kept).
-fn next_in_global() -> HipApi {
-    HipApi::resolve(|name| crate::front::next(name.as_ptr()))
+/// Who made a call, as its entry knows it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Caller {
+    /// An ordinary entry: the caller's return address, whose object decides (`binding`).
+    At(usize),
+    /// A per-copy entry (`exports::copy_entry`): the call goes to that slot's copy
+    /// (`handout`), whoever made it.
+    Copy(usize),
+}
+
+impl Caller {
+    /// The caller of a call that came through an ordinary entry (`COPY` false) or a
+    /// per-copy entry (true), with `ret` as that entry passed it.
+    #[inline(always)]
+    pub(crate) fn of<const COPY: bool>(ret: usize) -> Caller {
+        if COPY {
+            Caller::Copy(ret)
+        } else {
+            Caller::At(ret)
+        }
+    }
+}
+
+/// The binding a call from `caller` uses: its object's; for a caller no object holds,
+/// what the loader would have bound; for a per-copy entry, its copy's.
+#[inline(always)]
+fn binding_of(caller: Caller, cfg: &rmcp_core::config::Config) -> Option<&'static Binding> {
+    match caller {
+        Caller::At(ret) => binding::for_caller(ret, cfg).or_else(handout::unplaced),
+        Caller::Copy(k) => handout::for_slot(k).or_else(handout::unplaced),
+    }
 }
 
 /// A hooked call as the caller made it.
@@ -103,30 +132,35 @@ pub(crate) struct Call {
     pub(crate) out: *mut *mut c_void,
     pub(crate) size: usize,
     pub(crate) flags: u32,
-    /// The hook's return address, naming the caller.
+    /// The hook's return address, naming the caller; through a per-copy entry, the copy's
+    /// slot ([`Caller::of`]).
     pub(crate) ret: usize,
 }
 
 /// The body of every hook. `asked` makes the caller's call to the runtime's function of
-/// the same name (None if the runtime lacks it).
+/// the same name (None if the runtime lacks it). `COPY`: the call came through a per-copy
+/// entry (a compile-time choice, so an ordinary call pays nothing for it).
 #[inline(always)]
-pub(crate) fn intercept(call: Call, asked: impl Fn(&HipApi) -> Option<HipError>) -> HipError {
-    thread::with(|t| intercept_on(t, call, &asked))
+pub(crate) fn intercept<const COPY: bool>(
+    call: Call,
+    asked: impl Fn(&HipApi) -> Option<HipError>,
+) -> HipError {
+    thread::with(|t| intercept_on::<COPY>(t, call, &asked))
 }
 
 #[inline(always)]
-fn intercept_on(
+fn intercept_on<const COPY: bool>(
     t: &ThreadState,
     call: Call,
     asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
     if t.inside() {
-        return forward_bare(call.ret, asked);
+        return forward_bare(Caller::of::<COPY>(call.ret), asked);
     }
     // No guard with a destructor: the runtime call below may be unwound by a thread
     // cancellation, and this frame must then have nothing to run (crate::cancel).
     t.mark_inside();
-    let rc = decide_and_call(t, call, asked);
+    let rc = decide_and_call::<COPY>(t, call, asked);
     t.leave();
     rc
 }
@@ -135,16 +169,17 @@ fn intercept_on(
 /// `catch_unwind` (cancellation off where they may meet a cancellation point), the runtime
 /// called outside them, as cancellable as the caller's call would have been.
 #[inline(always)]
-fn decide_and_call(
+fn decide_and_call<const COPY: bool>(
     t: &ThreadState,
     call: Call,
     asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
+    let caller = Caller::of::<COPY>(call.ret);
     let Ok(global) = catch_unwind(state::global) else {
-        return forward_bare(call.ret, asked);
+        return forward_bare(caller, asked);
     };
-    let Ok(Some(binding)) = catch_unwind(|| binding::for_caller(call.ret, global.config)) else {
-        return forward_bare(call.ret, asked);
+    let Ok(Some(binding)) = catch_unwind(|| binding_of(caller, global.config)) else {
+        return forward_bare(caller, asked);
     };
     let api = &binding.api;
     let facts = CallFacts { global, binding };
@@ -179,7 +214,7 @@ fn decide_and_call(
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let coherent =
             rc == error::SUCCESS && decision == Decision::Unchanged && left_coherent(call, binding);
-        after(t, call, decision, rc, fallback, lacks, coherent);
+        after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
         }
@@ -243,7 +278,7 @@ fn beyond_reach(facts: &CallFacts, hook: Hook, counter: &str) {
 ///
 /// # Safety
 /// `prop` is null or points to a `hipMemAllocationProp` (the runtime accepted the call).
-pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, ret: usize) {
+pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, caller: Caller) {
     if prop.is_null() {
         return;
     }
@@ -266,13 +301,13 @@ pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, ret: u
         let Some(global) = state::global_if_built() else {
             return;
         };
-        if let Some(binding) = binding::for_caller(ret, global.config) {
+        if let Some(binding) = binding_of(caller, global.config) {
             beyond_reach(&CallFacts { global, binding }, hook, "host_location");
         }
     });
 }
 
-fn after(
+fn after<const COPY: bool>(
     t: &ThreadState,
     call: Call,
     decision: Decision,
@@ -314,7 +349,7 @@ fn after(
             "{} size={size} flags={flags:#x} -> {} caller={} rc={rc}{}{}",
             hook.name(),
             describe(fw),
-            rmcp_sys::locate::object_of(ret).map_or_else(|| "?".to_string(), |(_, p)| p),
+            describe_caller(Caller::of::<COPY>(ret)),
             if fallback {
                 " (fell back to the caller's call)"
             } else {
@@ -331,6 +366,15 @@ fn after(
             "{} size={size} flags={flags:#x} unchanged rc={rc}",
             hook.name()
         );
+    }
+}
+
+fn describe_caller(caller: Caller) -> String {
+    match caller {
+        Caller::At(ret) => {
+            rmcp_sys::locate::object_of(ret).map_or_else(|| "?".to_string(), |(_, p)| p)
+        }
+        Caller::Copy(k) => format!("(through copy entry {k})"),
     }
 }
 
@@ -353,9 +397,9 @@ fn missing(hook: Hook, why: &str) {
 }
 
 /// After a successful hipGetProcAddress or hipGetDriverEntryPoint (`resolver`) for a hooked
-/// name that returned a runtime's own function, hand the caller the shim's function instead,
-/// and make the caller's calls through it reach the function the runtime gave
-/// (`binding::record`). `ret` names the caller.
+/// name that returned a runtime's own function, hand the caller the shim's function instead
+/// (`handout::substitute`: one whose calls reach the function the runtime gave, whoever
+/// makes them). An exempt caller keeps the runtime's function.
 ///
 /// # Safety
 /// `symbol` is null or a NUL-terminated string; `pfn` is null or valid for reads and
@@ -364,7 +408,7 @@ pub(crate) unsafe fn substitute_proc_address(
     resolver: Hook,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
-    ret: usize,
+    caller: Caller,
 ) {
     if symbol.is_null() || pfn.is_null() {
         return;
@@ -376,18 +420,21 @@ pub(crate) unsafe fn substitute_proc_address(
         return;
     }
     // SAFETY: per this function's contract.
-    let (name, got) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
-    let Some(hook) = Hook::from_name(name) else {
+    let (name, got) = unsafe { (CStr::from_ptr(symbol), *pfn) };
+    let Some(hook) = Hook::from_name(name.to_bytes()) else {
         return;
     };
     if got.is_null() || !binding::is_runtime_function(got as usize) {
         return;
     }
-    if !binding::record(ret, hook, got as usize) {
+    if binding_of(caller, global.config).is_some_and(|b| b.exempt) {
         return;
     }
+    let Some(mine) = handout::substitute(hook, name, got as usize) else {
+        return;
+    };
     // SAFETY: per this function's contract; the runtime succeeded and wrote `*pfn`.
-    unsafe { *pfn = crate::front::export(hook) as *mut c_void };
+    unsafe { *pfn = mine as *mut c_void };
     tracing::debug!(
         "{}({}): handing back rmcp's function",
         resolver.name(),

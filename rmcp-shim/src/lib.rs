@@ -11,11 +11,14 @@
 //! (pure: configuration, classification, policy, the hook registry); what it is is here:
 //! - `front`: the attach, and what the front provides (its exports, RTLD_NEXT from its
 //!   place, the per-thread block, descriptor 2 at start);
-//! - `exports`: the entry trampolines, one per hooked function, and the stats entry;
+//! - `exports`: the entry trampolines, one per hooked function and eight per-copy ones per
+//!   function, and the stats entry;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
 //! - `binding`: where each caller's calls go (the function it would have reached without
 //!   the shim), and whether it is exempt (RMCP_EXEMPT);
 //! - `copies`: the runtime copies calls reach, with each one's version and devices;
+//! - `handout`: what a lookup hands out in place of a runtime's function (the front's
+//!   export or a copy's own entry), and where a call no calling object places goes;
 //! - `dlsym`: the lookup of hooked names, for callers that look HIP up on a handle;
 //! - `state`: the shared lazy stages (configuration, device picture);
 //! - `devices`: a runtime's answers about its devices, over FFI;
@@ -39,6 +42,7 @@ mod devices;
 mod dlsym;
 mod exports;
 mod front;
+mod handout;
 mod intercept;
 mod log;
 mod once;

@@ -337,6 +337,7 @@ static EXIT_HOOKS: AtomicBool = AtomicBool::new(false);
 /// it says about libraries the shim did not reach is not lost.
 pub(crate) fn deepbind_seen() {
     crate::state::global();
+    crate::binding::note_loaded();
     write_report();
 }
 

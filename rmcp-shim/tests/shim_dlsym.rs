@@ -44,7 +44,8 @@ fn xla_shaped_lookups_get_the_shims_functions() {
             {
                 "none"
             } else if HOOKED.contains(&name.as_str()) {
-                "librmcp_shim.so"
+                // The runtime is RTLD_LOCAL: the per-copy entry, in the shim's body.
+                "librmcp_shim_body.so"
             } else {
                 "libamdhip64.so"
             };
@@ -102,8 +103,8 @@ fn the_substitution_can_be_turned_off() {
 fn triton_shaped_lookups_get_the_shims_functions() {
     let out = client(6).args(["triton", "libamdhip64.so.6"]).run();
     out.assert_success();
-    let want = "sym hipGetProcAddress owner=librmcp_shim.so\n\
-                procaddr hipHostMalloc rc=0 owner=librmcp_shim.so\n\
+    let want = "sym hipGetProcAddress owner=librmcp_shim_body.so\n\
+                procaddr hipHostMalloc rc=0 owner=librmcp_shim_body.so\n\
                 call hipHostMalloc rc=0 ptr=1\n";
     assert_eq!(out.stdout, want);
     assert_eq!(out.allocs(), [("hipHostMalloc".into(), NC)]);
@@ -224,7 +225,7 @@ fn xla_shaped_lookups_on_the_real_runtime() {
         ]
         .contains(&name.as_str())
         {
-            assert_eq!(owner, "librmcp_shim.so", "{name}");
+            assert_eq!(owner, "librmcp_shim_body.so", "{name}");
         } else if name == "hipFree" {
             assert!(owner.starts_with("libamdhip64.so.5"), "{name}: {owner}");
         }
@@ -236,5 +237,31 @@ fn xla_shaped_lookups_on_the_real_runtime() {
             .as_str()
             .unwrap()
             .contains("libamdhip64.so.5")
+    );
+}
+
+/// An RMCP_EXEMPT caller's lookups get the runtime's own functions, and its calls through
+/// them are the caller's own (issue 22: a per-copy entry names no caller, so it cannot carry
+/// the exemption).
+#[test]
+fn an_exempt_callers_lookups_get_the_runtimes_functions() {
+    let exe = dlsym_client();
+    let name = exe.file_name().unwrap().to_str().unwrap().to_string();
+    let out = client(6)
+        .env("RMCP_EXEMPT", &name)
+        .args(["xla", "libamdhip64.so.6"])
+        .run();
+    out.assert_success();
+    for (sym, owner) in owners(&out) {
+        if sym != "hipNoSuchFunction" {
+            assert_eq!(owner, "libamdhip64.so.6", "{sym}");
+        }
+    }
+    assert_eq!(
+        out.allocs(),
+        [
+            ("hipHostMalloc".into(), 0),
+            ("hipExtMallocWithFlags".into(), 1)
+        ]
     );
 }
