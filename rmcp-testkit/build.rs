@@ -52,6 +52,7 @@ fn main() {
         DLOPEN_CLIENT_SRC,
         HOTPATH_SRC,
         "tests/c/hip_alloc.h",
+        "tests/c/counting_malloc.h",
     ] {
         rerun_if_changed(path);
     }

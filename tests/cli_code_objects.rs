@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, Method, write};
-use rmcp_testkit::{fixture, hipcc, which};
+use rmcp_testkit::{fixture, hip_fat_libraries, hipcc, which};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -119,35 +119,14 @@ fn hip_libs() -> Option<&'static Path> {
         .get_or_init(|| {
             let hipcc = hipcc()?;
             let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("code-objects-hipcc");
-            std::fs::create_dir_all(&dir).unwrap();
-            let src = dir.join("k.hip");
-            std::fs::write(
-                &src,
-                "#include <hip/hip_runtime.h>\n\
-                 __global__ void k(int *p) { p[threadIdx.x] = 1; }\n\
-                 extern \"C\" int launch(int *p) { hipLaunchKernelGGL(k, 1, 1, 0, 0, p); return 0; }\n",
-            )
-            .unwrap();
-            let builds = [
-                ("libk_1030_900.so", ["gfx1030", "gfx900"]),
-                ("libk_1010_1030.so", ["gfx1010", "gfx1030"]),
-            ];
-            let children: Vec<_> = builds
-                .iter()
-                .map(|(name, archs)| {
-                    let mut c = Command::new(&hipcc);
-                    c.args(["-shared", "-fPIC", "-O1"]);
-                    for a in archs {
-                        c.arg(format!("--offload-arch={a}"));
-                    }
-                    c.arg("-o").arg(dir.join(format!("{name}.tmp"))).arg(&src);
-                    (name, c.output().expect("run hipcc"))
-                })
-                .collect();
-            for (name, out) in children {
-                assert!(out.status.success(), "hipcc {name}: {out:?}");
-                std::fs::rename(dir.join(format!("{name}.tmp")), dir.join(name)).unwrap();
-            }
+            hip_fat_libraries(
+                &hipcc,
+                &dir,
+                &[
+                    ("libk_1030_900.so", &["gfx1030", "gfx900"]),
+                    ("libk_1010_1030.so", &["gfx1010", "gfx1030"]),
+                ],
+            );
             Some(dir)
         })
         .as_deref()

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, write};
 use rmcp_core::remedy::PYTORCH_ORG_TARGETS;
-use rmcp_testkit::{fixture, hipcc};
+use rmcp_testkit::{fixture, hip_fat_libraries, hipcc};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -38,39 +38,18 @@ fn hip_libs() -> &'static (PathBuf, PathBuf, PathBuf) {
     BUILT.get_or_init(|| {
         let hipcc = hipcc().expect("hipcc (Debian's, ROCm 5.2.3) is needed for these tests");
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pytorch-hipcc");
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("k.hip");
-        std::fs::write(
-            &src,
-            "#include <hip/hip_runtime.h>\n\
-             __global__ void k(int *p) { p[threadIdx.x] = 1; }\n\
-             extern \"C\" int launch(int *p) { hipLaunchKernelGGL(k, 1, 1, 0, 0, p); return 0; }\n",
-        )
-        .unwrap();
-        let builds: [(&str, &[&str]); 3] = [
-            ("org", &["gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030"]),
-            ("gfx1010", &["gfx1010"]),
-            ("debian", &["gfx1010", "gfx1012", "gfx1030"]),
-        ];
-        let children: Vec<_> = builds
-            .iter()
-            .map(|(name, archs)| {
-                let mut c = Command::new(&hipcc);
-                c.args(["-shared", "-fPIC", "-O1"]);
-                for a in *archs {
-                    c.arg(format!("--offload-arch={a}"));
-                }
-                let out = dir.join(format!("lib{name}.so"));
-                c.arg("-o")
-                    .arg(dir.join(format!("lib{name}.so.tmp")))
-                    .arg(&src);
-                (out, c.spawn().expect("run hipcc"))
-            })
-            .collect();
-        for (out, mut child) in children {
-            assert!(child.wait().unwrap().success(), "hipcc {}", out.display());
-            std::fs::rename(out.with_extension("so.tmp"), &out).unwrap();
-        }
+        hip_fat_libraries(
+            &hipcc,
+            &dir,
+            &[
+                (
+                    "liborg.so",
+                    &["gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030"],
+                ),
+                ("libgfx1010.so", &["gfx1010"]),
+                ("libdebian.so", &["gfx1010", "gfx1012", "gfx1030"]),
+            ],
+        );
         (
             dir.join("liborg.so"),
             dir.join("libgfx1010.so"),

@@ -372,9 +372,9 @@ pub struct LoadedObject {
     pub name: String,
 }
 
-/// The object containing `addr` (`dladdr1` with `RTLD_DL_LINKMAP`). Takes the loader's lock;
-/// leaves a pending `dlerror()` message alone.
-pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
+/// `dladdr1(addr, RTLD_DL_LINKMAP)`: the loader's answer for `addr` and its link map, or
+/// None when no object holds it. Takes the loader's lock.
+fn dladdr_link_map(addr: usize) -> Option<(libc::Dl_info, usize)> {
     // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let mut map: *mut c_void = std::ptr::null_mut();
@@ -388,9 +388,13 @@ pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
             RTLD_DL_LINKMAP,
         )
     };
-    if ok == 0 || map.is_null() {
-        return None;
-    }
+    (ok != 0 && !map.is_null()).then_some((info, map as usize))
+}
+
+/// The object containing `addr` (`dladdr1` with `RTLD_DL_LINKMAP`). Takes the loader's lock;
+/// leaves a pending `dlerror()` message alone.
+pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
+    let (info, link_map) = dladdr_link_map(addr)?;
     let name = if info.dli_fname.is_null() {
         String::new()
     } else {
@@ -400,7 +404,7 @@ pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
             .into_owned()
     };
     Some(LoadedObject {
-        link_map: map as usize,
+        link_map,
         base: info.dli_fbase as usize,
         name,
     })
@@ -409,19 +413,7 @@ pub fn loaded_object(addr: usize) -> Option<LoadedObject> {
 /// The link map and load base of the object containing `addr` (`dladdr1`), without its
 /// name: no allocation. Takes the loader's lock.
 pub fn link_map_of(addr: usize) -> Option<(usize, usize)> {
-    // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let mut map: *mut c_void = std::ptr::null_mut();
-    // SAFETY: as in `loaded_object`.
-    let ok = unsafe {
-        libc::dladdr1(
-            addr as *const c_void,
-            &mut info,
-            &mut map as *mut *mut c_void,
-            RTLD_DL_LINKMAP,
-        )
-    };
-    (ok != 0 && !map.is_null()).then_some((map as usize, info.dli_fbase as usize))
+    dladdr_link_map(addr).map(|(info, map)| (map, info.dli_fbase as usize))
 }
 
 /// Runs `f` with a `dlsym` handle for `object`, taken with `dlopen(RTLD_NOLOAD)` (nothing is

@@ -2,7 +2,7 @@
 //! (a skip when missing, a failure where CI requires them), the ctypes loading shape run
 //! with python3, executables on PATH.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Debian's real runtime (ROCm 5.2.3), if installed. With RMCP_REQUIRE_REAL_HIP=1 its
 /// absence fails the test instead of skipping it.
@@ -93,4 +93,35 @@ pub fn hipcc() -> Option<PathBuf> {
         eprintln!("skipped: no hipcc");
     }
     found
+}
+
+/// Builds, in parallel, one hipcc fat-binary shared library per `(file name, targets)` into
+/// `dir` (a small kernel and a host function that launches it; each file written under a
+/// temporary name and moved into place). Panics when hipcc fails.
+pub fn hip_fat_libraries(hipcc: &Path, dir: &Path, builds: &[(&str, &[&str])]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let src = dir.join("k.hip");
+    std::fs::write(
+        &src,
+        "#include <hip/hip_runtime.h>\n\
+         __global__ void k(int *p) { p[threadIdx.x] = 1; }\n\
+         extern \"C\" int launch(int *p) { hipLaunchKernelGGL(k, 1, 1, 0, 0, p); return 0; }\n",
+    )
+    .unwrap();
+    let children: Vec<_> = builds
+        .iter()
+        .map(|(name, archs)| {
+            let mut c = std::process::Command::new(hipcc);
+            c.args(["-shared", "-fPIC", "-O1"]);
+            for a in *archs {
+                c.arg(format!("--offload-arch={a}"));
+            }
+            c.arg("-o").arg(dir.join(format!("{name}.tmp"))).arg(&src);
+            (name, c.output().expect("run hipcc"))
+        })
+        .collect();
+    for (name, out) in children {
+        assert!(out.status.success(), "hipcc {name}: {out:?}");
+        std::fs::rename(dir.join(format!("{name}.tmp")), dir.join(name)).unwrap();
+    }
 }

@@ -1,4 +1,4 @@
-/* What the malloc-replacing C clients (hotpath.c, nomem.c) share: the prototypes of the
+/* What the malloc-replacing C clients (hotpath.c, nomem.c, nw_sites.c) share: the prototypes of the
  * HIP allocation functions they call (the stable C ABI; no HIP headers needed) and glibc's
  * own allocator entry points, which their malloc family forwards to. */
 #ifndef RMCP_HIP_ALLOC_H

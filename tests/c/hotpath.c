@@ -40,46 +40,7 @@
 static __thread int armed;
 static atomic_long mallocs, syscalls;
 
-void *malloc(size_t n)
-{
-    if (armed)
-        mallocs++;
-    return __libc_malloc(n);
-}
-void *calloc(size_t a, size_t b)
-{
-    if (armed)
-        mallocs++;
-    return __libc_calloc(a, b);
-}
-void *realloc(void *p, size_t n)
-{
-    if (armed)
-        mallocs++;
-    return __libc_realloc(p, n);
-}
-void *memalign(size_t al, size_t n)
-{
-    if (armed)
-        mallocs++;
-    return __libc_memalign(al, n);
-}
-void *aligned_alloc(size_t al, size_t n)
-{
-    return memalign(al, n);
-}
-int posix_memalign(void **out, size_t al, size_t n)
-{
-    void *p = memalign(al, n);
-    if (p == NULL)
-        return ENOMEM;
-    *out = p;
-    return 0;
-}
-void free(void *p)
-{
-    __libc_free(p);
-}
+#include "counting_malloc.h"
 
 /* ---- syscall trap -------------------------------------------------------- */
 static void on_sigsys(int sig, siginfo_t *si, void *uc)

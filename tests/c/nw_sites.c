@@ -20,47 +20,7 @@
 static atomic_int armed;
 static atomic_long mallocs;
 
-void *malloc(size_t n)
-{
-    if (armed)
-        mallocs++;
-    return __libc_malloc(n);
-}
-void *calloc(size_t a, size_t b)
-{
-    if (armed)
-        mallocs++;
-    return __libc_calloc(a, b);
-}
-void *realloc(void *p, size_t n)
-{
-    if (armed)
-        mallocs++;
-    return __libc_realloc(p, n);
-}
-void *memalign(size_t a, size_t n)
-{
-    if (armed)
-        mallocs++;
-    return __libc_memalign(a, n);
-}
-int posix_memalign(void **out, size_t a, size_t n)
-{
-    if (armed)
-        mallocs++;
-    *out = __libc_memalign(a, n);
-    return *out ? 0 : 12;
-}
-void *aligned_alloc(size_t a, size_t n)
-{
-    if (armed)
-        mallocs++;
-    return __libc_memalign(a, n);
-}
-void free(void *p)
-{
-    __libc_free(p);
-}
+#include "counting_malloc.h"
 
 /* One call site per expansion: distinct call instructions, distinct return addresses. */
 #define SITE                                                                                \
