@@ -1,6 +1,7 @@
-//! The body's side of the two objects: what librmcp_shim.so (the preloaded front,
-//! `front/front.rs`) hands this library when it maps it on the first hooked call, and the
-//! one function this library exports, `rmcp_shim_attach`.
+//! What librmcp_shim.so (the preloaded front, `front/front.rs`) gives this library when it
+//! maps it, read by every other module: the front's exports, its lookups, its generation
+//! of loaded objects, its per-thread block, descriptor 2 at start. It imports no module of
+//! this crate (the attach, which hands the front this library's entries, is `attach.rs`).
 //!
 //! The front is what the process preloaded, so everything that means "the shim's place in
 //! the process" is the front's: its exports (what a caller handed the shim's function gets,
@@ -17,22 +18,21 @@
 //! a front and a body from different builds. Until attached (unit tests), every accessor
 //! answers as a library loaded on its own would.
 
-use std::ffi::{c_char, c_int, c_void};
-use std::panic::catch_unwind;
+use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use rmcp_core::registry::{HOOKS, Hook};
+use rmcp_core::registry::Hook;
 
 /// The one definition of the two objects' ABI, which the front compiles too.
 #[path = "../front/abi.rs"]
-mod abi;
+pub(crate) mod abi;
 
 pub(crate) use abi::DlsymFn;
 
 /// The front's `abi::Front`, for this build's hooks.
-type Front = abi::Front<{ Hook::COUNT }>;
+pub(crate) type Front = abi::Front<{ Hook::COUNT }>;
 /// What this library hands back.
-type Body = abi::Body<{ Hook::COUNT }>;
+pub(crate) type Body = abi::Body<{ Hook::COUNT }>;
 
 /// The front, once attached (it lives as long as the process: it is the preloaded object,
 /// or one loaded RTLD_GLOBAL, and keeps this library mapped RTLD_NODELETE).
@@ -47,73 +47,27 @@ pub(crate) fn get() -> Option<&'static Front> {
     unsafe { p.as_ref() }
 }
 
-/// Called by the front, once per thread that finds the body unattached (so possibly more
-/// than once, concurrently): checks the layout, keeps the front and fills `body` with this
-/// library's entry points. 0 on success. Never panics or unwinds; allocates nothing.
-///
-/// # Safety
-/// `front` points to the front's static `struct rmcp_front`, filled; `body` to writable
-/// memory of `struct rmcp_body`'s size.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) -> c_int {
-    catch_unwind(|| {
-        // SAFETY: the caller's contract.
-        let Some(f) = (unsafe { front.as_ref() }) else {
-            return 1;
-        };
-        if !f.matches() {
-            return 1;
-        }
-        if body.is_null() {
-            return 1;
-        }
-        FRONT.store(front.cast_mut(), Ordering::Release);
-        let out = Body {
-            abi: abi::ABI,
-            size: Body::SIZE,
-            hooks: Hook::COUNT as u32,
-            reserved: 0,
-            lookup: crate::dlsym::lookup,
-            stats: crate::exports::stats,
-            before_fork,
-            deepbind_seen,
-            entries: HOOKS.map(|(hook, _)| crate::exports::entry(hook)),
-        };
-        // SAFETY: the caller's contract: `body` is writable and sized for a Body.
-        unsafe { body.write(out) };
-        0
-    })
-    .unwrap_or(1)
+/// Keeps `front` as the front this library is attached to, when it was built from this
+/// same definition (`attach.rs` calls this). False when it was not.
+pub(crate) fn set(front: &'static Front) -> bool {
+    if !front.matches() {
+        return false;
+    }
+    FRONT.store((front as *const Front).cast_mut(), Ordering::Release);
+    true
 }
-
-/// The front's fork handler calls this in the parent before every fork once the body is
-/// attached (`abi::Body::before_fork`): the shared state is built here, not in a child
-/// whose loader may be unusable (issue 22, shape 4). Never panics or unwinds.
-extern "C" fn before_fork() {
-    let _no_cancel = crate::cancel::NoCancel::new();
-    let _ = catch_unwind(|| {
-        crate::state::global();
-        crate::binding::before_fork();
-    });
-}
-
-/// The front calls this at exit in a process that loaded a library with RTLD_DEEPBIND
-/// (`abi::Body::deepbind_seen`). Never panics or unwinds.
-extern "C" fn deepbind_seen() {
-    let _no_cancel = crate::cancel::NoCancel::new();
-    let _ = catch_unwind(crate::report::deepbind_seen);
-}
-
-// The front calls this through `abi::AttachFn`: the compiler checks that they agree.
-const _: abi::AttachFn<{ Hook::COUNT }> = rmcp_shim_attach;
 
 /// The front's export for `hook`: what a caller is handed in place of a runtime's function.
-/// Without a front (unit tests), this library's own entry.
+/// Without a front (unit tests), this library's own entry; in a build that is not a unit
+/// test there is always a front (only the front maps this library), else 0.
 pub(crate) fn export(hook: Hook) -> usize {
-    get().map_or_else(
-        || crate::exports::entry(hook) as usize,
-        |f| f.exports[hook.index()].0 as usize,
-    )
+    match get() {
+        Some(f) => f.exports[hook.index()].0 as usize,
+        #[cfg(test)]
+        None => crate::exports::entry(hook) as usize,
+        #[cfg(not(test))]
+        None => 0,
+    }
 }
 
 /// glibc's dlsym, for the shim's own lookups on handles.

@@ -9,8 +9,10 @@
 //! `rmcp_shim_attach`, through which the front hands over what belongs to the preloaded
 //! object and takes this library's entry points. What it decides comes from `rmcp-core`
 //! (pure: configuration, classification, policy, the hook registry); what it is is here:
-//! - `front`: the attach, and what the front provides (its exports, RTLD_NEXT from its
-//!   place, the per-thread block, descriptor 2 at start);
+//! - `front`: what the front provides (its exports, RTLD_NEXT from its place, the
+//!   generation of loaded objects, the per-thread block, descriptor 2 at start); it imports
+//!   no module of this crate, so every module may read it;
+//! - `attach`: `rmcp_shim_attach`, which hands the front this library's entries;
 //! - `exports`: the entry trampolines, one per hooked function and eight per-copy ones per
 //!   function, and the stats entry;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
@@ -35,6 +37,7 @@
 //! integration tests and dependents when it has an rlib as well; the rlib exposes nothing.
 
 mod alloc;
+mod attach;
 mod binding;
 mod cancel;
 mod copies;
