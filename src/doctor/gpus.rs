@@ -16,6 +16,16 @@ use super::report::{Action, Atomics, Check, Finding, GpuRow, Remedy, Roots, Stat
 
 /// What to do about a GPU without PCIe AtomicOps: run programs under rmcp, in a mode that
 /// rewrites, with the GPU among its targets.
+/// RMCP_TARGETS with `gfx` added, as the value to pass (`gfx1010,...,gfx1100`).
+fn targets_with(cfg: &Config, gfx: impl std::fmt::Display) -> String {
+    cfg.targets
+        .iter()
+        .map(|t| t.to_string())
+        .chain(std::iter::once(gfx.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn atomics_remedy(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Remedy {
     let r = match row.rmcp {
         Action::Rewrites => Remedy::new(
@@ -39,12 +49,7 @@ fn atomics_remedy(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Remedy {
         ))
         .command(format!(
             "rmcp run --targets {} -- python3 train.py",
-            cfg.targets
-                .iter()
-                .map(|t| t.to_string())
-                .chain(std::iter::once(g.gfx.to_string()))
-                .collect::<Vec<_>>()
-                .join(",")
+            targets_with(cfg, g.gfx)
         )),
     };
     r.source(SRC_CLR_285)
@@ -286,12 +291,7 @@ pub fn pcie_atomics(g: &GpuNode, row: &GpuRow, cfg: &Config) -> Finding {
                     "it is not in RMCP_TARGETS, so rmcp leaves it alone (RMCP_MODE={} or \
                      RMCP_TARGETS={} would include it).",
                     Mode::Force.as_str(),
-                    cfg.targets
-                        .iter()
-                        .map(|t| t.to_string())
-                        .chain(std::iter::once(g.gfx.to_string()))
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    targets_with(cfg, g.gfx)
                 ),
             };
             Finding::new(
