@@ -29,8 +29,17 @@ use rmcp_testkit::{fixture, hip_fat_libraries, hipcc};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
-const THEROCK_1010: &str = "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \
-                            \"torch[device-gfx1010]\"";
+/// The doctor's commands that replace the installed torch with TheRock's build for a
+/// target (tests/remedy_pip.rs runs them with real pip).
+fn therock_commands(target: &str) -> [String; 2] {
+    [
+        "pip uninstall -y torch torchvision torchaudio".to_string(),
+        format!(
+            "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \
+             \"torch[device-{target}]\" \"torchvision[device-{target}]\" torchaudio"
+        ),
+    ]
+}
 
 /// hipcc's fat binaries, built once per test run: (org subset, gfx1010, Debian's list).
 fn hip_libs() -> &'static (PathBuf, PathBuf, PathBuf) {
@@ -269,7 +278,7 @@ fn gfx1010_with_a_pytorch_org_wheel() {
     );
     assert_eq!(code, Some(1));
     let c = commands(f);
-    assert_eq!(c, [THEROCK_1010]);
+    assert_eq!(c, therock_commands("gfx1010"));
     let r = &f["remedy"];
     assert!(
         r["text"].as_str().unwrap().contains("no gfx101x code"),
@@ -311,9 +320,10 @@ fn gfx1010_with_a_pytorch_org_wheel_and_the_10_3_0_override() {
     assert_eq!(
         commands(f),
         [
-            "unset HSA_OVERRIDE_GFX_VERSION".to_string(),
-            THEROCK_1010.to_string()
+            vec!["unset HSA_OVERRIDE_GFX_VERSION".to_string()],
+            therock_commands("gfx1010").to_vec()
         ]
+        .concat()
     );
     assert!(sources(f).iter().any(|s| s.ends_with("/issues/887")));
 }
@@ -348,12 +358,7 @@ fn gfx1012_with_a_pytorch_org_wheel_and_with_debians_build() {
     let (_, found, _) = pytorch("rdna1-gfx1012", &sp, &[]);
     let f = verdict(&found);
     assert_eq!(f["status"], "error");
-    assert_eq!(
-        commands(f),
-        [
-            "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1012]\""
-        ]
-    );
+    assert_eq!(commands(f), therock_commands("gfx1012"));
     // Debian's package: found by its place and dpkg's status under the same root.
     let root = debian(tmp.path());
     let (_, found, _) = pytorch("rdna1-gfx1012", &root, &[]);
@@ -385,10 +390,11 @@ fn gfx1013_with_the_10_3_0_override() {
     assert_eq!(
         commands(f),
         [
-            "unset HSA_OVERRIDE_GFX_VERSION".to_string(),
-            THEROCK_1010.to_string(),
-            "export HSA_OVERRIDE_GFX_VERSION=10.1.0".to_string()
+            vec!["unset HSA_OVERRIDE_GFX_VERSION".to_string()],
+            therock_commands("gfx1010").to_vec(),
+            vec!["export HSA_OVERRIDE_GFX_VERSION=10.1.0".to_string()]
         ]
+        .concat()
     );
     assert!(
         sources(f)
@@ -411,14 +417,12 @@ fn gfx1031_with_a_pytorch_org_wheel_with_and_without_10_3_0() {
     let f = verdict(&found);
     assert_eq!(f["status"], "error");
     assert_eq!(code, Some(1));
-    assert_eq!(
-        commands(f),
-        [
-            "export HSA_OVERRIDE_GFX_VERSION=10.3.0",
-            "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \"torch[device-gfx1031]\""
-        ]
-    );
-    assert!(!f["remedy"]["text"].as_str().unwrap().contains("RDNA1"));
+    // Only the override: TheRock's build is the alternative, named in the text; run one
+    // after the other, the two would not work.
+    assert_eq!(commands(f), ["export HSA_OVERRIDE_GFX_VERSION=10.3.0"]);
+    let text = f["remedy"]["text"].as_str().unwrap();
+    assert!(text.contains("device-gfx1031"), "{text}");
+    assert!(!text.contains("RDNA1"));
     let (_, found, _) = pytorch("rdna2", &sp, &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
     let f = verdict(&found);
     assert_eq!(f["status"], "ok", "{f:#}");

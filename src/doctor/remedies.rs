@@ -15,9 +15,21 @@ use super::report::Remedy;
 const NOT_RMCP: &str = "rmcp changes the coherence of allocations only: it cannot make code \
                         built for another ISA run correctly.";
 
-/// TheRock's multi-arch PyTorch for one target.
-pub fn therock_command(target: Gfx) -> String {
-    format!("pip install --index-url {THEROCK_INDEX} \"torch[device-{target}]\"")
+/// What replaces the PyTorch of the environment the commands run in (a venv, activated)
+/// with TheRock's multi-arch build for one target: first the installed torch and the
+/// packages built against it go, then TheRock's torch, torchvision and torchaudio come
+/// from its index. A plain `pip install "torch[device-gfxNNNN]"` over an installed
+/// pytorch.org torch changes nothing: pip finds `torch` already satisfied and only warns
+/// that it "does not provide the extra" (docs/cli.md, "Replacing PyTorch";
+/// tests/remedy_pip.rs shows both with real pip).
+pub fn therock_commands(target: Gfx) -> [String; 2] {
+    [
+        "pip uninstall -y torch torchvision torchaudio".to_string(),
+        format!(
+            "pip install --index-url {THEROCK_INDEX} \"torch[device-{target}]\" \
+             \"torchvision[device-{target}]\" torchaudio"
+        ),
+    ]
 }
 
 fn unset_command() -> String {
@@ -87,13 +99,15 @@ pub fn for_advice(advice: Advice, card: Gfx, current: Option<&str>) -> Option<Re
                 .source(sources::ROCBLAS_1339)
                 .checked();
             if therock_device(card) {
+                // Only the override's command: the two ways are alternatives, and run one
+                // after the other they would not work (the override would make the runtime
+                // pass over the new build's own code).
                 r.text.push_str(&format!(
-                    " Or install a build with {card}'s own code: TheRock's multi-arch wheel \
-                     with the device-{card} extra."
+                    " Or, instead of the override, install a build with {card}'s own code: \
+                     TheRock's multi-arch wheel with the device-{card} extra, replacing the \
+                     installed torch as for RX 5000 (docs/cli.md, \"Replacing PyTorch\")."
                 ));
-                r = r
-                    .command(therock_command(card))
-                    .source(sources::THEROCK_RELEASES);
+                r = r.source(sources::THEROCK_RELEASES);
             }
             let caveat = if fam == Family::Gfx1013 {
                 "The rocBLAS maintainers say gfx1013 is a superset of gfx1010 and that 10.1.0 \
@@ -170,8 +184,10 @@ fn install_build(
         options.push(format!(
             "TheRock's multi-arch wheel with the device-{target} extra (AMD's nightly index{fam_pkg})"
         ));
+        for c in therock_commands(target) {
+            r = r.command(c);
+        }
         r = r
-            .command(therock_command(target))
             .source(sources::THEROCK_RELEASES)
             .source(sources::THEROCK_TARGETS);
     }
@@ -250,11 +266,14 @@ mod tests {
         let card = g("gfx1010");
         let a = advise(card, Some(g("gfx1030")), Carries::default());
         let r = for_advice(a, card, Some("10.3.0")).unwrap();
-        assert_eq!(r.commands[0], "unset HSA_OVERRIDE_GFX_VERSION");
         assert_eq!(
-            r.commands[1],
-            "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \
-             \"torch[device-gfx1010]\""
+            r.commands,
+            [
+                "unset HSA_OVERRIDE_GFX_VERSION",
+                "pip uninstall -y torch torchvision torchaudio",
+                "pip install --index-url https://rocm.nightlies.amd.com/whl-multi-arch/ \
+                 \"torch[device-gfx1010]\" \"torchvision[device-gfx1010]\" torchaudio"
+            ]
         );
         assert!(r.text.contains("no gfx101x code"), "{}", r.text);
         assert!(
@@ -278,6 +297,21 @@ mod tests {
                 .contains(&"export HSA_OVERRIDE_GFX_VERSION=10.1.0".to_string())
         );
         assert!(!r.commands.iter().any(|c| c.starts_with("unset")));
+    }
+
+    #[test]
+    fn an_override_remedy_prints_only_the_override_command() {
+        // The TheRock build is the alternative, in words: the two run one after the other
+        // would not work (the override would pass over the new build's own code).
+        let card = g("gfx1031");
+        let carries = Carries {
+            native: false,
+            same_family: Some(g("gfx1030")),
+            for_override: false,
+        };
+        let r = for_advice(advise(card, None, carries), card, None).unwrap();
+        assert_eq!(r.commands, ["export HSA_OVERRIDE_GFX_VERSION=10.3.0"]);
+        assert!(r.text.contains("device-gfx1031"), "{}", r.text);
     }
 
     #[test]
