@@ -170,7 +170,9 @@ fn hipcc_library_without_the_cards_code() {
             .find(&m)
             .unwrap_or_else(|| panic!("{m} not in order in {text}"));
     }
-    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+    if let Err(e) = rmcp_testkit::check_doctor_layout(&text) {
+        panic!("{e} in\n{text}");
+    }
     // 10.1.0, the matching value, gives the runtime gfx1010, which the library lacks.
     let (_, j) = json("rdna1", &[&lib], &[("HSA_OVERRIDE_GFX_VERSION", "10.1.0")]);
     assert_eq!(verdict(&j, &lib), pair("missing", "error"));

@@ -10,6 +10,7 @@
 
 pub mod artifacts;
 pub mod bounded;
+pub mod doctor_text;
 pub mod host;
 pub mod locate;
 pub mod record;
@@ -18,6 +19,7 @@ pub mod stress_model;
 
 pub use artifacts::*;
 pub use bounded::output_within;
+pub use doctor_text::check_doctor_layout;
 pub use host::*;
 pub use locate::*;
 pub use record::*;

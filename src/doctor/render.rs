@@ -86,13 +86,21 @@ fn paint(s: &str, status: Status, colour: bool) -> String {
     format!("\x1b[{code}m{s}\x1b[0m")
 }
 
-/// Source lines: at the message column when they fit, else as far left as needed for the
-/// longest (URLs are never broken; one longer than the screen starts at column 0).
-fn push_sources(out: &mut String, urls: &[&String]) {
-    let longest = urls.iter().map(|u| u.len() + 4).max().unwrap_or(0);
-    let indent = INDENT.min(WIDTH.saturating_sub(longest));
+/// Source lines: `see URL`, one link a line, at the message column (under the finding's
+/// text), each link once per finding: `shown` holds the links already listed under it. A
+/// URL is never broken, so that it stays clickable: a line with a long one passes 80
+/// columns.
+fn push_sources<'a>(
+    out: &mut String,
+    urls: impl IntoIterator<Item = &'a String>,
+    shown: &mut Vec<&'a str>,
+) {
     for url in urls {
-        out.push_str(&" ".repeat(indent));
+        if shown.contains(&url.as_str()) {
+            continue;
+        }
+        shown.push(url);
+        out.push_str(&" ".repeat(INDENT));
         out.push_str("see ");
         out.push_str(url);
         out.push('\n');
@@ -127,8 +135,9 @@ pub fn wrap_command(cmd: &str, width: usize) -> Vec<String> {
 }
 
 /// The remedy under a finding: `fix:` and its text, the commands (`$ `, continued lines
-/// indented), the caveat, the sources and the date the facts were checked.
-fn push_remedy(out: &mut String, r: &Remedy) {
+/// indented), the caveat, the sources not already listed under the finding, and the date
+/// the facts were checked.
+fn push_remedy<'a>(out: &mut String, r: &'a Remedy, shown: &mut Vec<&'a str>) {
     let pad = " ".repeat(INDENT);
     for (i, line) in wrap(&r.text, WIDTH - INDENT - 5).iter().enumerate() {
         out.push_str(&pad);
@@ -152,8 +161,7 @@ fn push_remedy(out: &mut String, r: &Remedy) {
             out.push('\n');
         }
     }
-    let urls: Vec<&String> = r.sources.iter().collect();
-    push_sources(out, &urls);
+    push_sources(out, &r.sources, shown);
     if let Some(d) = r.checked {
         out.push_str(&pad);
         out.push_str(&format!("(facts checked {d})\n"));
@@ -227,10 +235,10 @@ pub fn human(r: &Report, colour: bool) -> String {
                 out.push('\n');
             }
         }
-        let urls: Vec<&String> = f.source.iter().chain(&f.see_also).collect();
-        push_sources(&mut out, &urls);
+        let mut shown = Vec::new();
+        push_sources(&mut out, f.source.iter().chain(&f.see_also), &mut shown);
         if let Some(r) = &f.remedy {
-            push_remedy(&mut out, r);
+            push_remedy(&mut out, r, &mut shown);
         }
     }
     out.push('\n');
@@ -266,6 +274,40 @@ mod tests {
         );
         assert_eq!(wrap(&"y".repeat(25), 10).concat(), "y".repeat(25));
         assert!(wrap("", 10).is_empty());
+    }
+
+    #[test]
+    fn see_lines_sit_under_the_text_and_name_each_link_once() {
+        use super::super::report::{Check, Finding};
+        let (a, b) = (
+            "https://github.com/ROCm/legacy-rocm-build/issues/887",
+            "https://github.com/ROCm/TheRock/blob/main/cmake/therock_amdgpu_targets.cmake",
+        );
+        let f = Finding::new(Check::Pytorch, Status::Error, "a finding")
+            .source(a)
+            .see_also(a)
+            .see_also(b)
+            .remedy(Remedy::new("do this").source(b).source(a));
+        let r = Report {
+            version: "0".into(),
+            commit: "x".into(),
+            sysfs: "/sys".into(),
+            gpus: Vec::new(),
+            libraries: Vec::new(),
+            code_objects: Vec::new(),
+            findings: vec![f],
+        };
+        let text = human(&r, false);
+        let see: Vec<&str> = text.lines().filter(|l| l.contains("see ")).collect();
+        let pad = " ".repeat(INDENT);
+        assert_eq!(
+            see,
+            [format!("{pad}see {a}"), format!("{pad}see {b}")],
+            "{text}"
+        );
+        // The message starts at the same column.
+        let first = text.lines().find(|l| l.contains("a finding")).unwrap();
+        assert_eq!(first.find("a finding"), Some(INDENT), "{text}");
     }
 
     #[test]

@@ -1,0 +1,58 @@
+//! The layout rules of `rmcp doctor`'s text output that every test of it checks: lines of
+//! at most 80 columns, except a `see URL` line (a URL is never broken); source lines at the
+//! column where a finding's text starts, each link once per finding.
+
+/// The column where a finding's text starts: status (5), a space, check (13), a space.
+pub const MESSAGE_COLUMN: usize = 20;
+
+/// Err naming the first line that breaks a rule.
+pub fn check_doctor_layout(text: &str) -> Result<(), String> {
+    let see = format!("{}see ", " ".repeat(MESSAGE_COLUMN));
+    let mut listed: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            // A finding's first line, or a heading: a new list of links.
+            listed.clear();
+        }
+        let trimmed = line.trim_start();
+        let is_see = trimmed.starts_with("see http") && !trimmed[4..].contains(' ');
+        if is_see {
+            if !line.starts_with(&see) {
+                return Err(format!("a see line not under the finding's text: {line:?}"));
+            }
+            let url = &trimmed[4..];
+            if listed.contains(&url) {
+                return Err(format!("{url} listed twice under one finding"));
+            }
+            listed.push(url);
+        } else if line.chars().count() > 80 {
+            return Err(format!("{} columns: {line:?}", line.chars().count()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rules() {
+        let pad = " ".repeat(MESSAGE_COLUMN);
+        let long = format!("https://example.org/{}", "x".repeat(70));
+        let good = format!("error check         text\n{pad}see {long}\n{pad}see https://a/\n");
+        assert_eq!(check_doctor_layout(&good), Ok(()));
+        let twice = format!("{good}{pad}see https://a/\n");
+        assert!(check_doctor_layout(&twice).unwrap_err().contains("twice"));
+        let next = format!("{good}warn  other         text\n{pad}see https://a/\n");
+        assert_eq!(check_doctor_layout(&next), Ok(()));
+        let off = format!("error check         text\n       see {long}\n");
+        assert!(check_doctor_layout(&off).unwrap_err().contains("not under"));
+        let wide = format!("{pad}{}\n", "y".repeat(61));
+        assert!(
+            check_doctor_layout(&wide)
+                .unwrap_err()
+                .contains("81 columns")
+        );
+    }
+}
