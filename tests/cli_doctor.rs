@@ -854,3 +854,30 @@ fn json_schema_is_stable() {
         assert!(g.get(key).is_some(), "gpus[].{key}");
     }
 }
+
+/// README's excerpt ("Part of `rmcp doctor --sysfs tests/fixtures/rdna1` with
+/// `HSA_OVERRIDE_GFX_VERSION=10.3.0`") is what doctor prints: the GPU table, and the
+/// findings from gfx-override on, line for line.
+#[test]
+fn readmes_excerpt_is_what_doctor_prints() {
+    let readme = std::fs::read_to_string(rmcp_testkit::repo().join("README.md")).unwrap();
+    let start = readme
+        .find("Part of `rmcp doctor --sysfs tests/fixtures/rdna1`")
+        .expect("README's doctor excerpt");
+    let block = &readme[start..];
+    let block = &block[block.find("```text\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    let e = env();
+    let h = human(
+        &e,
+        Some(&fixture("rdna1")),
+        &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
+    );
+    let (table, findings) = block.split_once("\nFindings\n").unwrap();
+    assert!(h.text.contains(table), "{table}\nnot in\n{}", h.text);
+    assert!(
+        h.text.contains(findings.trim_end_matches('\n')),
+        "README's findings\n{findings}\nnot in\n{}",
+        h.text
+    );
+}
