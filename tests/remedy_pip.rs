@@ -15,26 +15,30 @@
 //!   naming its target, where the real package carries the kernels), `torchvision` with the
 //!   same extras (`amd-torchvision-device-gfxNNNN`) and `torchaudio`, pinned to that torch.
 //!
-//! The test installs the pytorch.org set, shows that the former remedy (`pip install
-//! --index-url ... "torch[device-gfx1010]"`) changes nothing ("Requirement already
-//! satisfied", "does not provide the extra"), then takes the commands from `rmcp doctor`'s
-//! own text output, replaces only TheRock's index URL with the local one, runs them with
-//! `sh`, and checks that the venv then holds the gfx1010 build, that pip finds no broken
-//! requirement, and that the doctor now says the build runs on the card. It also checks that
-//! README's RX 5000 block is the doctor's commands. Nothing here needs PyPI: pip comes from
-//! the venv, the packages from the local indexes.
+//! Each test makes a venv and installs the pytorch.org set. The first shows that the former
+//! remedy (`pip install --index-url ... "torch[device-gfx1010]"`) changes nothing
+//! ("Requirement already satisfied", "does not provide the extra"). Then, for an RX 5700 XT
+//! (`rdna1`) and a gfx1013 (`rdna1-gfx1013`), both under the usual
+//! `HSA_OVERRIDE_GFX_VERSION=10.3.0`, it takes the commands from `rmcp doctor`'s own text
+//! output, replaces only TheRock's index URL with the local one, runs them in one `sh` as a
+//! user pastes them (the override set as it was), and runs `rmcp doctor --json` in that
+//! same shell: the venv holds the gfx1010 build, whole (`pip check`), and the doctor says
+//! it runs (gfx1013: through 10.1.0). It also checks that README's RX 5000 block is the
+//! doctor's commands. Nothing here needs PyPI: pip comes from the venv, the packages from
+//! the local indexes.
 //!
 //! Without python3 or its venv module (Debian's python3-venv) the test skips, saying why; in
 //! CI that fails it instead.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, write};
 use rmcp_core::remedy::{PYTORCH_ORG_TARGETS, THEROCK_INDEX};
 use rmcp_testkit::{fixture, output_within, python3, repo};
+use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
 const ORG_TORCH: &str = "2.9.1+rocm6.4";
@@ -206,11 +210,15 @@ fn activated(cmd: &mut Command, venv: &Path, home: &Path) {
         .env("LC_ALL", "C.UTF-8");
 }
 
-/// `sh -ec SCRIPT` in the activated venv, within the pip limit.
-fn sh(script: &str, venv: &Path, home: &Path) -> Output {
+/// `sh -ec SCRIPT` in the activated venv, within the pip limit; `vars` set in its
+/// environment besides.
+fn sh(script: &str, venv: &Path, home: &Path, vars: &[(&str, &Path)]) -> Output {
     let mut c = Command::new("sh");
     c.arg("-ec").arg(script).stdin(Stdio::null());
     activated(&mut c, venv, home);
+    for (k, v) in vars {
+        c.env(k, v);
+    }
     output_within(&mut c, PIP_LIMIT).unwrap_or_else(|e| panic!("{script}: {e}"))
 }
 
@@ -223,28 +231,9 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// `python -c CODE` in the venv: its stdout, trimmed.
-fn venv_python(code: &str, venv: &Path, home: &Path) -> String {
-    let o = sh(&format!("python -c \"{code}\""), venv, home);
-    assert!(o.status.success(), "{}", text(&o));
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-/// `rmcp doctor` (text, or JSON) as a user runs it in the activated venv on an RX 5700 XT.
-fn doctor(venv: &Path, home: &Path, json: bool) -> String {
-    let mut c = Command::new(RMCP);
-    activated(&mut c, venv, home);
-    c.arg("doctor").arg("--sysfs").arg(fixture("rdna1"));
-    if json {
-        c.arg("--json");
-    }
-    let o = output_within(&mut c, Duration::from_secs(120)).unwrap();
-    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
-    String::from_utf8(o.stdout).unwrap()
-}
-
-/// The commands printed under the first finding of `check`, exactly as shown (`$ ` and
-/// the continuation lines, indentation removed, continuations kept for the shell).
+/// The commands printed under the first warn or error finding of `check`, exactly as
+/// shown (`$ ` and the continuation lines, indentation removed, continuations kept for
+/// the shell).
 fn printed_commands(doctor_text: &str, check: &str) -> Vec<String> {
     let mut lines = doctor_text.lines().skip_while(|l| {
         l.split_whitespace().nth(1) != Some(check)
@@ -272,74 +261,178 @@ fn printed_commands(doctor_text: &str, check: &str) -> Vec<String> {
     commands
 }
 
-#[test]
-fn the_printed_rx5000_remedy_replaces_a_pytorch_org_torch_with_the_gfx1010_build() {
-    let Some(py) = python3() else {
-        return;
-    };
-    let tmp = rmcp_testkit::tempfile::tempdir().unwrap();
-    let (home, venv, index) = (
-        tmp.path().join("home"),
-        tmp.path().join("venv"),
-        tmp.path().join("index"),
-    );
-    std::fs::create_dir_all(&home).unwrap();
-    let made = output_within(
-        Command::new(&py).arg("-m").arg("venv").arg(&venv),
-        Duration::from_secs(120),
-    )
-    .unwrap();
-    if !made.status.success() {
-        skip(&format!(
-            "python3 cannot make a venv with pip (python3-venv missing?): {}",
-            String::from_utf8_lossy(&made.stdout).trim()
+/// A venv holding the pytorch.org set, and the two indexes served.
+struct Scene {
+    tmp: rmcp_testkit::tempfile::TempDir,
+    home: PathBuf,
+    venv: PathBuf,
+    server: Server,
+}
+
+impl Scene {
+    /// None (a skip) without python3 or its venv module.
+    fn new() -> Option<Scene> {
+        let py = python3()?;
+        let tmp = rmcp_testkit::tempfile::tempdir().unwrap();
+        let (home, venv, index) = (
+            tmp.path().join("home"),
+            tmp.path().join("venv"),
+            tmp.path().join("index"),
+        );
+        std::fs::create_dir_all(&home).unwrap();
+        let made = output_within(
+            Command::new(&py).arg("-m").arg("venv").arg(&venv),
+            Duration::from_secs(120),
+        )
+        .unwrap();
+        if !made.status.success() {
+            skip(&format!(
+                "python3 cannot make a venv with pip (python3-venv missing?): {}",
+                String::from_utf8_lossy(&made.stdout).trim()
+            ));
+            return None;
+        }
+        // The stand-in wheels and the two indexes. TheRock's torch keeps its kernels in
+        // the device packages: no GPU code of its own.
+        let org_lib = write::elf(&[(
+            FATBIN_SECTION,
+            &write::section(&[write::hip_bundle(PYTORCH_ORG_TARGETS)]),
+        )]);
+        let (org_path, therock_path) = (tmp.path().join("org.so"), tmp.path().join("therock.so"));
+        std::fs::write(&org_path, org_lib).unwrap();
+        std::fs::write(&therock_path, write::elf(&[])).unwrap();
+        let o = output_within(
+            Command::new(&py)
+                .arg("-c")
+                .arg(MAKE_INDEXES)
+                .arg(&index)
+                .arg(&org_path)
+                .arg(&therock_path),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let server = Server::start(&py, &index);
+        let scene = Scene {
+            tmp,
+            home,
+            venv,
+            server,
+        };
+        // README's first row: a pytorch.org torch, torchvision and torchaudio.
+        let o = scene.sh(&format!(
+            "pip install --index-url {} torch torchvision torchaudio",
+            scene.org_index()
         ));
-        return;
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(scene.torch_version(), ORG_TORCH);
+        Some(scene)
     }
 
-    // The stand-in wheels and the two indexes.
-    let org_lib = write::elf(&[(
-        FATBIN_SECTION,
-        &write::section(&[write::hip_bundle(PYTORCH_ORG_TARGETS)]),
-    )]);
-    // TheRock's torch keeps its kernels in the device packages: no GPU code of its own.
-    let therock_lib = write::elf(&[]);
-    let (org_path, therock_path) = (tmp.path().join("org.so"), tmp.path().join("therock.so"));
-    std::fs::write(&org_path, org_lib).unwrap();
-    std::fs::write(&therock_path, therock_lib).unwrap();
-    let o = output_within(
-        Command::new(&py)
-            .arg("-c")
-            .arg(MAKE_INDEXES)
-            .arg(&index)
-            .arg(&org_path)
-            .arg(&therock_path),
-        Duration::from_secs(60),
-    )
-    .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let server = Server::start(&py, &index);
-    let (org_index, therock_index) = (
-        server.url("org/whl/rocm6.4/"),
-        server.url("therock/whl-multi-arch/"),
-    );
+    fn org_index(&self) -> String {
+        self.server.url("org/whl/rocm6.4/")
+    }
 
-    // Row 1 of README's table: a pytorch.org torch, torchvision and torchaudio.
-    let o = sh(
-        &format!("pip install --index-url {org_index} torch torchvision torchaudio"),
-        &venv,
-        &home,
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let version = "import torch; print(torch.__version__)";
-    assert_eq!(venv_python(version, &venv, &home), ORG_TORCH);
+    fn therock_index(&self) -> String {
+        self.server.url("therock/whl-multi-arch/")
+    }
 
+    fn sh(&self, script: &str) -> Output {
+        sh(script, &self.venv, &self.home, &[])
+    }
+
+    /// `python -c CODE` in the venv: its stdout, trimmed.
+    fn python(&self, code: &str) -> String {
+        let o = self.sh(&format!("python -c \"{code}\""));
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    fn torch_version(&self) -> String {
+        self.python("import torch; print(torch.__version__)")
+    }
+
+    /// `rmcp doctor` as a user runs it in the activated venv, on the fixture's card,
+    /// with HSA_OVERRIDE_GFX_VERSION set to `over`.
+    fn doctor_text(&self, fixture_name: &str, over: &str) -> String {
+        let mut c = Command::new(RMCP);
+        activated(&mut c, &self.venv, &self.home);
+        c.env("HSA_OVERRIDE_GFX_VERSION", over)
+            .arg("doctor")
+            .arg("--sysfs")
+            .arg(fixture(fixture_name));
+        let o = output_within(&mut c, Duration::from_secs(120)).unwrap();
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// Runs the printed commands as a user pastes them into the shell the doctor ran in
+    /// (the override set as it was), TheRock's index URL replaced by the local one, then
+    /// `rmcp doctor --json` in that same shell: its report.
+    fn run_printed(&self, commands: &[String], fixture_name: &str, over: &str) -> Value {
+        assert!(
+            commands.iter().any(|c| c.contains(THEROCK_INDEX)),
+            "{commands:?}"
+        );
+        let pasted = commands
+            .join("\n")
+            .replace(THEROCK_INDEX, &self.therock_index());
+        let after = self.tmp.path().join("after.json");
+        let script = format!(
+            "export HSA_OVERRIDE_GFX_VERSION={over}\n{pasted}\n\
+             \"$RMCP\" doctor --json --sysfs \"$FIXTURE\" > \"$AFTER\" || test $? = 1\n"
+        );
+        let fix = fixture(fixture_name);
+        let o = sh(
+            &script,
+            &self.venv,
+            &self.home,
+            &[
+                ("RMCP", Path::new(RMCP)),
+                ("FIXTURE", &fix),
+                ("AFTER", &after),
+            ],
+        );
+        assert!(o.status.success(), "{script}\n{}", text(&o));
+        serde_json::from_str(&std::fs::read_to_string(&after).unwrap()).unwrap()
+    }
+
+    /// The venv holds TheRock's build with the gfx1010 device packages, whole.
+    fn holds_the_gfx1010_build(&self) {
+        assert_eq!(self.torch_version(), THEROCK_TORCH);
+        let target = "import importlib.resources as r; \
+                      print(r.files('amd_torch_device_gfx1010').joinpath('target').read_text())";
+        assert_eq!(self.python(target), "gfx1010");
+        let vision =
+            "import torchvision, amd_torchvision_device_gfx1010; print(torchvision.__version__)";
+        assert_eq!(self.python(vision), "0.24.1+rocm7.10.0a20251120");
+        let o = self.sh("pip check");
+        assert!(o.status.success(), "{}", text(&o));
+    }
+}
+
+/// The pytorch verdict for the GPU in a doctor report.
+fn verdict(report: &Value) -> &Value {
+    let v: Vec<&Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "pytorch" && f.get("node").is_some())
+        .collect();
+    assert_eq!(v.len(), 1, "{report:#}");
+    v[0]
+}
+
+#[test]
+fn the_printed_rx5000_remedy_replaces_a_pytorch_org_torch_with_the_gfx1010_build() {
+    let Some(scene) = Scene::new() else {
+        return;
+    };
     // The former remedy changes nothing: pip finds torch satisfied, warns, exits 0.
-    let o = sh(
-        &format!("pip install --index-url {therock_index} \"torch[device-gfx1010]\""),
-        &venv,
-        &home,
-    );
+    let o = scene.sh(&format!(
+        "pip install --index-url {} \"torch[device-gfx1010]\"",
+        scene.therock_index()
+    ));
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
@@ -350,48 +443,24 @@ fn the_printed_rx5000_remedy_replaces_a_pytorch_org_torch_with_the_gfx1010_build
         out.contains("does not provide the extra 'device-gfx1010'"),
         "{out}"
     );
-    assert_eq!(venv_python(version, &venv, &home), ORG_TORCH);
+    assert_eq!(scene.torch_version(), ORG_TORCH);
 
-    // The doctor's remedy, as printed.
-    let before = doctor(&venv, &home, false);
+    // An RX 5700 XT under the usual 10.3.0 override: the doctor's remedy, as printed.
+    let before = scene.doctor_text("rdna1", "10.3.0");
     assert!(
         before.contains(&format!("PyTorch {ORG_TORCH} (pytorch.org wheel)")),
         "{before}"
     );
     let commands = printed_commands(&before, "pytorch");
-    assert!(
-        commands.iter().any(|c| c.contains(THEROCK_INDEX)),
-        "{commands:?} in\n{before}"
-    );
-    let script = commands.join("\n").replace(THEROCK_INDEX, &therock_index);
-    let o = sh(&script, &venv, &home);
-    assert!(o.status.success(), "{script}\n{}", text(&o));
+    assert_eq!(commands[0], "unset HSA_OVERRIDE_GFX_VERSION", "{before}");
+    let after = scene.run_printed(&commands, "rdna1", "10.3.0");
+    scene.holds_the_gfx1010_build();
+    let v = verdict(&after);
+    assert_eq!(v["verdict"], "runs", "{after:#}");
+    assert_eq!(v["build"], "TheRock");
+    assert_eq!(v["runtime_gfx"], "gfx1010", "the override is gone");
 
-    // The venv now holds the gfx1010 build, whole.
-    assert_eq!(venv_python(version, &venv, &home), THEROCK_TORCH);
-    let target = "import importlib.resources as r; \
-                  print(r.files('amd_torch_device_gfx1010').joinpath('target').read_text())";
-    assert_eq!(venv_python(target, &venv, &home), "gfx1010");
-    let vision =
-        "import torchvision, amd_torchvision_device_gfx1010; print(torchvision.__version__)";
-    assert_eq!(
-        venv_python(vision, &venv, &home),
-        "0.24.1+rocm7.10.0a20251120"
-    );
-    let o = sh("pip check", &venv, &home);
-    assert!(o.status.success(), "{}", text(&o));
-    let after: serde_json::Value = serde_json::from_str(&doctor(&venv, &home, true)).unwrap();
-    let verdicts: Vec<&serde_json::Value> = after["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["check"] == "pytorch" && f.get("node").is_some())
-        .collect();
-    assert_eq!(verdicts.len(), 1, "{after:#}");
-    assert_eq!(verdicts[0]["verdict"], "runs", "{after:#}");
-    assert_eq!(verdicts[0]["build"], "TheRock");
-
-    // README's RX 5000 block is these commands, after the unset.
+    // README's RX 5000 block is these commands.
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let flat: Vec<String> = commands
         .iter()
@@ -402,14 +471,30 @@ fn the_printed_rx5000_remedy_replaces_a_pytorch_org_torch_with_the_gfx1010_build
                 .join(" ")
         })
         .collect();
-    let block = format!(
-        "    unset HSA_OVERRIDE_GFX_VERSION\n    {}\n",
-        flat.join("\n    ")
-    );
+    let block = format!("    {}\n", flat.join("\n    "));
     assert!(
         readme.contains(&block),
         "README has no RX 5000 block\n{block}"
     );
+}
+
+#[test]
+fn the_printed_gfx1013_remedy_installs_the_gfx1010_build_and_sets_10_1_0() {
+    let Some(scene) = Scene::new() else {
+        return;
+    };
+    let before = scene.doctor_text("rdna1-gfx1013", "10.3.0");
+    let commands = printed_commands(&before, "pytorch");
+    assert_eq!(
+        commands.last().map(String::as_str),
+        Some("export HSA_OVERRIDE_GFX_VERSION=10.1.0"),
+        "{before}"
+    );
+    let after = scene.run_printed(&commands, "rdna1-gfx1013", "10.3.0");
+    scene.holds_the_gfx1010_build();
+    let v = verdict(&after);
+    assert_eq!(v["verdict"], "runs-through-override", "{after:#}");
+    assert_eq!(v["runtime_gfx"], "gfx1010");
 }
 
 #[test]
