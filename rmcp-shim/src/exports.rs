@@ -13,6 +13,8 @@
 //! argument's type is checked at compile time to travel in an integer register, so a row
 //! added to the table cannot make a trampoline overwrite an argument.
 //!
+//! The labels, and the addresses `handout` and `attach` hand out, are `entries`'s.
+//!
 //! Per-copy entries (issue 22): for each hook, [`COPY_ENTRIES`] more trampolines, one per
 //! slot of `handout`'s copy table. Entry `k` puts `k` in that same register instead of a
 //! return address and jumps to the hook's per-copy body, which sends the call to slot `k`'s
@@ -22,35 +24,14 @@
 
 use std::ffi::{c_int, c_uint};
 
-use std::ffi::c_void;
-
 use rmcp_core::registry::Hook;
 use rmcp_sys::{HipError, error};
 
+use crate::entries::{COPY_ENTRIES, COPY_ENTRY_SIZE, copy_entries_label, entry_label};
 use crate::intercept::{Call, Caller, count_host_location, intercept, substitute_proc_address};
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("the trampolines are written for x86-64 only");
-
-/// The label of a hook's entry (hidden: the library exports none of them).
-macro_rules! entry_label {
-    ($name:ident) => {
-        concat!("rmcp_body_", stringify!($name))
-    };
-}
-
-/// The label of a hook's first per-copy entry; entry `k` is `COPY_ENTRY_SIZE * k` past it.
-macro_rules! copy_entries_label {
-    ($name:ident) => {
-        concat!("rmcp_body_copies_", stringify!($name))
-    };
-}
-
-/// How many runtime copies have entries of their own (`handout` hands out the runtime's own
-/// function for copies past these, and says so).
-pub(crate) const COPY_ENTRIES: usize = 8;
-/// The bytes each per-copy entry takes: the assembler checks that each fits.
-const COPY_ENTRY_SIZE: usize = 16;
 
 /// System V x86-64: integer arguments travel in rdi, rsi, rdx, rcx, r8, r9. The return
 /// address goes in the first one the function's own arguments leave free.
@@ -204,43 +185,6 @@ macro_rules! exports {
                 }
             )*
         }
-
-        mod entries {
-            unsafe extern "C" {
-                $(
-                    #[link_name = entry_label!($name)]
-                    pub(super) fn $name();
-                )*
-            }
-        }
-
-        mod copy_entries {
-            unsafe extern "C" {
-                $(
-                    #[link_name = copy_entries_label!($name)]
-                    pub(super) fn $name();
-                )*
-            }
-        }
-
-        /// The per-copy entry `slot` (below [`COPY_ENTRIES`]) for `hook`: calls through it
-        /// reach slot `slot`'s copy (`handout`).
-        pub(crate) fn copy_entry(hook: Hook, slot: usize) -> Option<*const c_void> {
-            if slot >= COPY_ENTRIES {
-                return None;
-            }
-            let first = match hook {
-                $( Hook::$variant => copy_entries::$name as *const c_void, )*
-            };
-            Some(first.wrapping_byte_add(slot * COPY_ENTRY_SIZE))
-        }
-
-        /// This library's entry for `hook`, which the front's export jumps to.
-        pub(crate) fn entry(hook: Hook) -> *const c_void {
-            match hook {
-                $( Hook::$variant => entries::$name as *const c_void, )*
-            }
-        }
     };
 }
 
@@ -267,19 +211,4 @@ pub(crate) extern "C" fn stats(buf: *mut std::ffi::c_char, len: usize) -> usize 
         crate::report::stats_json(out)
     })
     .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rmcp_core::registry::HOOKS;
-
-    #[test]
-    fn every_hook_has_a_distinct_entry() {
-        let mut addrs: Vec<usize> = HOOKS.iter().map(|(h, _)| entry(*h) as usize).collect();
-        assert!(addrs.iter().all(|a| *a != 0));
-        addrs.sort();
-        addrs.dedup();
-        assert_eq!(addrs.len(), HOOKS.len());
-    }
 }

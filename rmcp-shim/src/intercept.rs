@@ -96,7 +96,7 @@ fn forward_bare(caller: Caller, asked: &impl Fn(&HipApi) -> Option<HipError>) ->
 pub(crate) enum Caller {
     /// An ordinary entry: the caller's return address, whose object decides (`binding`).
     At(usize),
-    /// A per-copy entry (`exports::copy_entry`): the call goes to that slot's copy
+    /// A per-copy entry (`entries::copy_entry`): the call goes to that slot's copy
     /// (`handout`), whoever made it.
     Copy(usize),
 }
@@ -175,7 +175,7 @@ fn decide_and_call<const COPY: bool>(
     asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
     let caller = Caller::of::<COPY>(call.ret);
-    let Ok(global) = catch_unwind(state::global) else {
+    let Ok(global) = catch_unwind(crate::report::global) else {
         return forward_bare(caller, asked);
     };
     let Ok(Some(binding)) = catch_unwind(|| binding_of(caller, global.config)) else {
@@ -297,7 +297,7 @@ pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, caller
         if t.inside() {
             return;
         }
-        stats::record_host_location(t.slot(), hook);
+        stats::record_host_location(stats::slot(t), hook);
         let Some(global) = state::global_if_built() else {
             return;
         };
@@ -324,7 +324,7 @@ fn after<const COPY: bool>(
         ..
     } = call;
     stats::record(
-        t.slot(),
+        stats::slot(t),
         hook,
         Outcome {
             rewritten: decision != Decision::Unchanged,

@@ -17,7 +17,7 @@ use rmcp_core::topology::Topology;
 
 use crate::binding::Binding;
 use crate::copies::{self, Copy};
-use crate::state::{Global, global_if_built};
+use crate::state::{self, Global, global_if_built};
 use crate::stats::{self, Counts, counts};
 
 /// A runtime copy calls reached.
@@ -314,7 +314,7 @@ fn override_now(node: u32) -> Option<String> {
 /// Once per process, on its first hooked call (the device picture is built then): warns,
 /// at the default level, for each affected GPU that HSA_OVERRIDE_GFX_VERSION makes run
 /// another family's code. The shim never changes the variable.
-pub(crate) fn override_warning(cfg: &Config, topology: Option<&Topology>) {
+fn override_warning(cfg: &Config, topology: Option<&Topology>) {
     let Some(topo) = topology else { return };
     for g in &topo.gpus {
         if !is_affected(g.gfx, &cfg.targets, cfg.mode) {
@@ -329,6 +329,17 @@ pub(crate) fn override_warning(cfg: &Config, topology: Option<&Topology>) {
     }
 }
 
+/// The shared state (`state::global_with`), with what building it starts: the exit and
+/// fork hooks and the override warning. Every path that builds the state comes here, so
+/// whichever builds it first starts them.
+#[inline(always)]
+pub(crate) fn global() -> &'static Global {
+    state::global_with(|g| {
+        install_exit_hooks(g.config);
+        override_warning(g.config, g.topology.as_ref());
+    })
+}
+
 static EXIT_HOOKS: AtomicBool = AtomicBool::new(false);
 
 /// At exit in a process that loaded a library with RTLD_DEEPBIND (the front calls this,
@@ -336,12 +347,12 @@ static EXIT_HOOKS: AtomicBool = AtomicBool::new(false);
 /// report is written now, whether or not a hooked call ever reached the shim, so that what
 /// it says about libraries the shim did not reach is not lost.
 pub(crate) fn deepbind_seen() {
-    crate::state::global();
+    global();
     crate::binding::note_loaded();
     write_report();
 }
 
-pub(crate) fn install_exit_hooks(cfg: &Config) {
+fn install_exit_hooks(cfg: &Config) {
     if EXIT_HOOKS.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -496,7 +507,7 @@ pub(crate) fn stats_json(out: &mut [u8]) -> usize {
             Ok(())
         }
     }
-    let report = report(crate::state::global());
+    let report = report(global());
     let mut w = Clipped { out, len: 0 };
     match serde_json::to_writer(&mut w, &report) {
         Ok(()) => w.len,
@@ -612,6 +623,19 @@ mod tests {
         );
         let start = process_start().expect("/proc is there");
         assert!(start <= std::time::SystemTime::now());
+    }
+
+    #[test]
+    fn the_report_shows_what_was_counted() {
+        let hook = rmcp_core::registry::Hook::HipMemAllocHost;
+        crate::thread::with(|t| {
+            let slot = stats::slot(t);
+            stats::record(slot, hook, stats::Outcome::default());
+        });
+        let report = Report::new("auto", vec![], vec![]);
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json["calls"]["hipMemAllocHost"]["calls"].as_u64().unwrap() >= 1);
+        assert!(report.human().contains("hipMemAllocHost"));
     }
 
     #[test]

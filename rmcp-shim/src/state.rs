@@ -62,9 +62,16 @@ pub(crate) fn config() -> &'static Config {
     })
 }
 
-/// The shared state, built on first use.
-pub(crate) fn global() -> &'static Global {
-    GLOBAL.get_or_init(build)
+/// The shared state, built on first use; `first` runs once, on the state just built, before
+/// any thread sees it (`report::global` passes what a process's first call starts: the exit
+/// hooks, the override warning).
+#[inline(always)]
+pub(crate) fn global_with(first: impl FnOnce(&Global)) -> &'static Global {
+    GLOBAL.get_or_init(|| {
+        let g = build();
+        first(&g);
+        g
+    })
 }
 
 /// The shared state if built (for the exit report).
@@ -84,8 +91,6 @@ fn build() -> Global {
     } else {
         classify::classify(topology.as_ref(), &config.targets, config.mode)
     };
-    crate::report::install_exit_hooks(config);
-    crate::report::override_warning(config, topology.as_ref());
     Global {
         config,
         rules: Rules {
