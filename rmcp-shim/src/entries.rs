@@ -30,6 +30,10 @@ pub(crate) use copy_entries_label;
 pub(crate) const COPY_ENTRIES: usize = 8;
 /// The bytes each per-copy entry takes: the assembler checks that each fits (`exports`).
 pub(crate) const COPY_ENTRY_SIZE: usize = 16;
+/// Per-copy entry `k` passes the caller's return address with bit `COPY_SLOT_SHIFT + k`
+/// set (user-space addresses have 47 bits), so the body knows both the slot and the caller.
+pub(crate) const COPY_SLOT_SHIFT: u32 = 56;
+const _: () = assert!(COPY_SLOT_SHIFT as usize + COPY_ENTRIES <= 64);
 
 /// The labels as symbols, from the table's rows.
 macro_rules! labels {

@@ -16,8 +16,9 @@
 //! The labels, and the addresses `handout` and `attach` hand out, are `entries`'s.
 //!
 //! Per-copy entries (issue 22): for each hook, [`COPY_ENTRIES`] more trampolines, one per
-//! slot of `handout`'s copy table. Entry `k` puts `k` in that same register instead of a
-//! return address and jumps to the hook's per-copy body, which sends the call to slot `k`'s
+//! slot of `handout`'s copy table. Entry `k` puts the return address in that same register
+//! with bit 56 + `k` set (issue 30: the debug line names the caller) and jumps to the hook's
+//! per-copy body, which sends the call to slot `k`'s
 //! runtime copy whoever makes it (JIT code, another object, another thread): what `dlsym`
 //! on a copy's handle and a copy's `hipGetProcAddress` hand out, so the destination travels
 //! in the pointer. The ordinary entries and bodies are unchanged by them.
@@ -113,7 +114,9 @@ macro_rules! exports {
                 // One entry per slot: the list must name 0 to COPY_ENTRIES - 1 (checked
                 // below the macro).
                 ".irp k,0,1,2,3,4,5,6,7",
-                concat!("mov ", return_address_register!($($arg)*), ", \\k"),
+                // The caller's return address, with bit 56 + k set (`entries::COPY_SLOT_SHIFT`).
+                concat!("mov ", return_address_register!($($arg)*), ", qword ptr [rsp]"),
+                concat!("bts ", return_address_register!($($arg)*), ", 56 + \\k"),
                 // `jmp rel32`, spelt out so that the entry's size is fixed.
                 ".byte 0xe9",
                 ".long {body} - . - 4",
@@ -190,8 +193,8 @@ macro_rules! exports {
 
 rmcp_sys::hooked_functions!(exports);
 
-// The per-copy entries' `.irp` list names slots 0 to 7.
-const _: () = assert!(COPY_ENTRIES == 8);
+// The per-copy entries' `.irp` list names slots 0 to 7, and sets bit 56 + slot.
+const _: () = assert!(COPY_ENTRIES == 8 && crate::entries::COPY_SLOT_SHIFT == 56);
 
 /// The front's `size_t rmcp_shim_stats(char *buf, size_t len)` calls this: writes this
 /// process's counters as UTF-8 JSON (the RMCP_STATS_FILE report, no terminating NUL) into

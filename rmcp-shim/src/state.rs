@@ -142,22 +142,35 @@ fn own_base() -> usize {
 /// The runtime for callers with none in their scopes: the first mapped copy, else
 /// RMCP_HIP_LIBRARY, else the sonames, loaded. Found once; None while another thread is
 /// looking (loading takes the loader's lock, which this thread may hold).
+///
+/// The locator's lookups (`dlsym` on the runtime's handle) reach the front's `dlsym`; the
+/// thread is marked inside the shim while it looks, so that they are answered with the
+/// runtime's own functions, never with the shim's entries (issue 30: from the fork step,
+/// outside any hooked call, the answer was a per-copy entry, which the locator rejected as
+/// rmcp's own library).
 pub(crate) fn located_runtime() -> Option<&'static Runtime> {
     LOCATED
         .get_or_init_unless_busy(|| {
-            let cfg = config();
-            let req = locate::Request {
-                library: cfg.hip_library.clone(),
-                exclude_base: own_base(),
-                mapped_only: false,
-            };
-            match locate::locate(&req) {
-                Ok(rt) => Some(rt),
-                Err(e) => {
-                    tracing::error!("{e}; HIP calls return hipErrorSharedObjectSymbolNotFound");
-                    None
-                }
-            }
+            crate::thread::with(|t| {
+                let _inside = t.enter();
+                locate_runtime()
+            })
         })
         .and_then(Option::as_ref)
+}
+
+fn locate_runtime() -> Option<Runtime> {
+    let cfg = config();
+    let req = locate::Request {
+        library: cfg.hip_library.clone(),
+        exclude_base: own_base(),
+        mapped_only: false,
+    };
+    match locate::locate(&req) {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            tracing::error!("{e}; HIP calls return hipErrorSharedObjectSymbolNotFound");
+            None
+        }
+    }
 }

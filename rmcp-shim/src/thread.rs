@@ -44,12 +44,12 @@ pub(crate) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
     }
 }
 
-/// Marks the thread as inside a hook until dropped.
-pub(crate) struct Entered<'a>(&'a ThreadState);
+/// Marks the thread as inside a hook until dropped, then as it was before.
+pub(crate) struct Entered<'a>(&'a ThreadState, bool);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        self.0.inside.set(false);
+        self.0.inside.set(self.1);
     }
 }
 
@@ -76,8 +76,8 @@ impl ThreadState {
     }
 
     pub(crate) fn enter(&self) -> Entered<'_> {
-        self.inside.set(true);
-        Entered(self)
+        let before = self.inside.replace(true);
+        Entered(self, before)
     }
 
     pub(crate) fn set_slot(&self, slot: usize) {
