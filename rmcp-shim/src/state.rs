@@ -14,8 +14,9 @@
 //! only on a mixed machine, and a runtime's version only for a hipHostAlloc call. Some
 //! runtimes answer a process's first call differently from later ones (5.7.1 without a GPU:
 //! 101, then 100), so an early query could change what the application sees. The banner and
-//! the stats report, which want both, ask after the first call has been forwarded
-//! (`report::after_call`).
+//! the stats report, which want both, have them asked after the first call has been
+//! forwarded, on a thread of the shim's own (`report::after_call`): a query on the
+//! caller's thread would reset the runtime's per-thread last error (issue 30).
 
 use rmcp_core::classify::{self, Classes};
 use rmcp_core::config::{Config, Mode};
