@@ -421,3 +421,34 @@ fn the_summary_is_printed_once_after_a_deepbind_load() {
         with.stderr
     );
 }
+
+/// Shape 3 for the front's own line: a front installed without its body says so once on
+/// stderr at the first HIP call. Before: with stderr a pipe whose reader had gone, that
+/// line killed the program with SIGPIPE. Now the front's write blocks SIGPIPE too.
+#[test]
+fn the_fronts_line_into_a_pipe_without_reader_never_kills_the_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let front = dir.path().join("librmcp_shim.so");
+    std::fs::copy(rmcp_testkit::shim(), &front).unwrap();
+    let out = dir.path().join("out");
+    let mut c = command(false, &fd_client());
+    c.env("LD_PRELOAD", &front)
+        .args(["say:one", "hip", "say:two"])
+        .stdout(File::create(&out).unwrap())
+        .stderr(Stdio::from(pipe_without_reader()));
+    let st = status_within(&mut c);
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "one\ntwo\n");
+    // The line is there when stderr has a reader.
+    let mut c = command(false, &fd_client());
+    let o = c
+        .env("LD_PRELOAD", &front)
+        .arg("hip")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("rmcp: cannot load the body"),
+        "{o:?}"
+    );
+}
