@@ -235,7 +235,8 @@ fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
 /// `RMCP_NW_PLUGIN_5` / `_6` (tests/c/nw_plugin.c as `nwplugin-N/libnwplugin.so`, linked to
 /// the fake `.so.N`, no soname), `RMCP_NW_CLIENT` (tests/c/never_worse.c, not linked to a
 /// runtime) and `RMCP_NW_SITES` (tests/c/nw_sites.c, linked to the .so.6 fake, with a
-/// counting malloc family).
+/// counting malloc family), and `RMCP_NW_BARE` (tests/c/nw_bare.c: a library with no
+/// constructor or destructor, not even the C runtime's).
 fn never_worse_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
     const PLUGIN: &str = "tests/c/nw_plugin.c";
     const CLIENT: &str = "tests/c/never_worse.c";
@@ -262,6 +263,21 @@ fn never_worse_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
         );
         println!("cargo:rustc-env=RMCP_NW_PLUGIN_{major}={}", lib.display());
     }
+    const BARE: &str = "tests/c/nw_bare.c";
+    rerun_if_changed(BARE);
+    let bare = out.join("libnwbare.so");
+    cc.run(
+        "libnwbare.so",
+        &[
+            "-shared".into(),
+            "-fPIC".into(),
+            "-nostartfiles".into(),
+            "-o".into(),
+            bare.display().to_string(),
+            src(BARE),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_NW_BARE={}", bare.display());
     let client = out.join("never_worse");
     cc.run(
         "never_worse",

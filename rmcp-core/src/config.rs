@@ -250,7 +250,7 @@ config! {
     stats: bool = "RMCP_STATS", default false, shown "0",
         help "`1`: a summary of the counters on stderr at exit.";
     stats_file: Option<PathBuf> = "RMCP_STATS_FILE", default None, shown "none",
-        help "A JSON summary written at exit; `%p` becomes the process id. Replaced atomically; without `%p`, processes sharing the name keep the last report, and each one that replaces the report of another process of the same run says so (below).";
+        help "A JSON summary written at exit; `%p` becomes the process id. A report rmcp wrote there is replaced atomically (without `%p`, processes sharing the name keep the last report, and each one that replaces the report of another process of the same run says so); anything else (a device, a FIFO, `/dev/stdout`, a file the process holds open, a file that is not a report) is written or appended to, never replaced (below).";
     hip_library: Option<PathBuf> = "RMCP_HIP_LIBRARY", default None, shown "none",
         help "The runtime to load for callers that have none in their scopes (README: How the runtime is found).";
     sysfs_root: PathBuf = "RMCP_SYSFS_ROOT", default DEFAULT_SYSFS_ROOT.into(),

@@ -16,7 +16,7 @@
 //! (`abi::Front::loader_inconsistent`), which then resolves without dlopen.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sys::{self, DlPhdrInfo};
 use crate::{FRONT, body, installs};
@@ -47,7 +47,16 @@ extern "C" fn prepare() {
     }
 }
 
+/// Set in every fork child (the child step).
+static IN_CHILD: AtomicU32 = AtomicU32::new(0);
+
+/// Whether this process is a fork child (of a process that had the front loaded).
+pub fn in_child() -> bool {
+    IN_CHILD.load(Ordering::Acquire) != 0
+}
+
 extern "C" fn child() {
+    IN_CHILD.store(1, Ordering::Release);
     let r = R_DEBUG.load(Ordering::Relaxed);
     if r == 0 {
         return;
@@ -61,7 +70,7 @@ extern "C" fn child() {
 }
 
 /// Whether an object whose name contains "libamdhip64" is loaded.
-fn runtime_mapped() -> bool {
+pub fn runtime_mapped() -> bool {
     let mut found = false;
     // SAFETY: `visit` only reads each entry and writes the bool behind `data`, which lives
     // across the call.

@@ -431,8 +431,15 @@ extern "C" fn deepbind() {
     unsafe { sys::cxa_atexit(at_exit, core::ptr::null_mut(), (&raw const FRONT).cast()) };
 }
 
+/// At exit, the body names what bypassed the shim. It is mapped for that only in a process
+/// that has a HIP runtime mapped (issue 30: a process that never touched HIP maps nothing,
+/// reads nothing and prints nothing at exit), and never in a fork child, whose loader may
+/// be in the middle of a dlopen another thread of the parent was making (a dlopen there
+/// aborts, "Inconsistency detected by ld.so", or hangs).
 extern "C" fn at_exit(_: *mut c_void) {
-    if body::attach() {
+    let attached =
+        body::attached() || (!fork::in_child() && fork::runtime_mapped() && body::attach());
+    if attached {
         if let Some(report) = body::deepbind_seen() {
             report();
         }

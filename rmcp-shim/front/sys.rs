@@ -302,10 +302,86 @@ pub fn fstat_id(fd: c_int) -> Option<(u64, u64)> {
     (r == 0).then_some((st.st_dev, st.st_ino))
 }
 
-/// Writes as much of `buf` as one `write(2)` takes, to `fd`; the result is not needed.
+/// A system call with four arguments (`r10` carries the fourth).
+///
+/// # Safety
+/// As for [`syscall3`].
+unsafe fn syscall4(nr: usize, a: usize, b: usize, c: usize, d: usize) -> isize {
+    let ret: isize;
+    // SAFETY: as in `syscall3`.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
+            in("r10") d,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+const SYS_POLL: usize = 7;
+const SYS_RT_SIGPROCMASK: usize = 14;
+const SYS_RT_SIGPENDING: usize = 127;
+const SYS_RT_SIGTIMEDWAIT: usize = 128;
+const SIG_BLOCK: usize = 0;
+const SIG_SETMASK: usize = 2;
+/// SIGPIPE (13) in a kernel signal set.
+const SIGPIPE_SET: u64 = 1 << (13 - 1);
+const EPIPE: isize = 32;
+const POLLOUT: i16 = 4;
+
+/// Writes as much of `buf` as one `write(2)` takes, to `fd`, as a guest (issue 30): not at
+/// all if `fd` has no room within 100 ms, and never raising SIGPIPE (blocked on this thread
+/// for the write; one the write raised, not pending before, is consumed).
 pub fn write(fd: c_int, buf: &[u8]) {
-    // SAFETY: `buf` is valid for reads of its length.
-    unsafe { syscall3(SYS_WRITE, fd as usize, buf.as_ptr() as usize, buf.len()) };
+    #[repr(C)]
+    struct PollFd {
+        fd: c_int,
+        events: i16,
+        revents: i16,
+    }
+    let mut p = PollFd {
+        fd,
+        events: POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call.
+    if unsafe { syscall3(SYS_POLL, (&raw mut p) as usize, 1, 100) } == 0 {
+        return;
+    }
+    let pipe = SIGPIPE_SET;
+    let mut old = 0u64;
+    let mut pending = 0u64;
+    // SAFETY: kernel signal sets of 8 bytes, valid for the calls; the mask is this
+    // thread's and is restored below; the zero timeout makes sigtimedwait return at once.
+    unsafe {
+        syscall4(
+            SYS_RT_SIGPROCMASK,
+            SIG_BLOCK,
+            (&raw const pipe) as usize,
+            (&raw mut old) as usize,
+            8,
+        );
+        syscall3(SYS_RT_SIGPENDING, (&raw mut pending) as usize, 8, 0);
+        let r = syscall3(SYS_WRITE, fd as usize, buf.as_ptr() as usize, buf.len());
+        if r == -EPIPE && pending & SIGPIPE_SET == 0 {
+            let zero = [0i64; 2];
+            syscall4(
+                SYS_RT_SIGTIMEDWAIT,
+                (&raw const pipe) as usize,
+                0,
+                (&raw const zero) as usize,
+                8,
+            );
+        }
+        syscall4(SYS_RT_SIGPROCMASK, SIG_SETMASK, (&raw const old) as usize, 0, 8);
+    }
 }
 
 /// `openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC)`: the descriptor, or None.

@@ -38,7 +38,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
             stats: crate::exports::stats,
             before_fork,
             deepbind_seen,
-            entries: HOOKS.map(|(hook, _)| crate::exports::entry(hook)),
+            entries: HOOKS.map(|(hook, _)| crate::entries::entry(hook)),
         };
         // SAFETY: the caller's contract: `body` is writable and sized for a Body.
         unsafe { body.write(out) };
@@ -53,7 +53,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
 extern "C" fn before_fork() {
     let _no_cancel = crate::cancel::NoCancel::new();
     let _ = catch_unwind(|| {
-        crate::state::global();
+        crate::report::global();
         crate::binding::before_fork();
     });
 }

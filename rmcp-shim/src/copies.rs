@@ -209,6 +209,11 @@ impl Copy {
         self.listed(g).is_some_and(|l| l.host)
     }
 
+    /// [`Copy::host_affected`] if the devices were listed already, without listing them.
+    pub(crate) fn host_affected_if_listed(&self) -> Option<bool> {
+        self.devices.get().map(|l| l.host)
+    }
+
     /// Is the calling thread's current device (in this copy) affected?
     pub(crate) fn current_device_affected(&self, g: &Global) -> bool {
         match self.listed(g).map(|l| &l.class) {

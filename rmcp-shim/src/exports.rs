@@ -13,44 +13,26 @@
 //! argument's type is checked at compile time to travel in an integer register, so a row
 //! added to the table cannot make a trampoline overwrite an argument.
 //!
+//! The labels, and the addresses `handout` and `attach` hand out, are `entries`'s.
+//!
 //! Per-copy entries (issue 22): for each hook, [`COPY_ENTRIES`] more trampolines, one per
-//! slot of `handout`'s copy table. Entry `k` puts `k` in that same register instead of a
-//! return address and jumps to the hook's per-copy body, which sends the call to slot `k`'s
+//! slot of `handout`'s copy table. Entry `k` puts the return address in that same register
+//! with bit 56 + `k` set (issue 30: the debug line names the caller) and jumps to the hook's
+//! per-copy body, which sends the call to slot `k`'s
 //! runtime copy whoever makes it (JIT code, another object, another thread): what `dlsym`
 //! on a copy's handle and a copy's `hipGetProcAddress` hand out, so the destination travels
 //! in the pointer. The ordinary entries and bodies are unchanged by them.
 
 use std::ffi::{c_int, c_uint};
 
-use std::ffi::c_void;
-
 use rmcp_core::registry::Hook;
 use rmcp_sys::{HipError, error};
 
+use crate::entries::{COPY_ENTRIES, COPY_ENTRY_SIZE, copy_entries_label, entry_label};
 use crate::intercept::{Call, Caller, count_host_location, intercept, substitute_proc_address};
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("the trampolines are written for x86-64 only");
-
-/// The label of a hook's entry (hidden: the library exports none of them).
-macro_rules! entry_label {
-    ($name:ident) => {
-        concat!("rmcp_body_", stringify!($name))
-    };
-}
-
-/// The label of a hook's first per-copy entry; entry `k` is `COPY_ENTRY_SIZE * k` past it.
-macro_rules! copy_entries_label {
-    ($name:ident) => {
-        concat!("rmcp_body_copies_", stringify!($name))
-    };
-}
-
-/// How many runtime copies have entries of their own (`handout` hands out the runtime's own
-/// function for copies past these, and says so).
-pub(crate) const COPY_ENTRIES: usize = 8;
-/// The bytes each per-copy entry takes: the assembler checks that each fits.
-const COPY_ENTRY_SIZE: usize = 16;
 
 /// System V x86-64: integer arguments travel in rdi, rsi, rdx, rcx, r8, r9. The return
 /// address goes in the first one the function's own arguments leave free.
@@ -132,7 +114,9 @@ macro_rules! exports {
                 // One entry per slot: the list must name 0 to COPY_ENTRIES - 1 (checked
                 // below the macro).
                 ".irp k,0,1,2,3,4,5,6,7",
-                concat!("mov ", return_address_register!($($arg)*), ", \\k"),
+                // The caller's return address, with bit 56 + k set (`entries::COPY_SLOT_SHIFT`).
+                concat!("mov ", return_address_register!($($arg)*), ", qword ptr [rsp]"),
+                concat!("bts ", return_address_register!($($arg)*), ", 56 + \\k"),
                 // `jmp rel32`, spelt out so that the entry's size is fixed.
                 ".byte 0xe9",
                 ".long {body} - . - 4",
@@ -204,50 +188,13 @@ macro_rules! exports {
                 }
             )*
         }
-
-        mod entries {
-            unsafe extern "C" {
-                $(
-                    #[link_name = entry_label!($name)]
-                    pub(super) fn $name();
-                )*
-            }
-        }
-
-        mod copy_entries {
-            unsafe extern "C" {
-                $(
-                    #[link_name = copy_entries_label!($name)]
-                    pub(super) fn $name();
-                )*
-            }
-        }
-
-        /// The per-copy entry `slot` (below [`COPY_ENTRIES`]) for `hook`: calls through it
-        /// reach slot `slot`'s copy (`handout`).
-        pub(crate) fn copy_entry(hook: Hook, slot: usize) -> Option<*const c_void> {
-            if slot >= COPY_ENTRIES {
-                return None;
-            }
-            let first = match hook {
-                $( Hook::$variant => copy_entries::$name as *const c_void, )*
-            };
-            Some(first.wrapping_byte_add(slot * COPY_ENTRY_SIZE))
-        }
-
-        /// This library's entry for `hook`, which the front's export jumps to.
-        pub(crate) fn entry(hook: Hook) -> *const c_void {
-            match hook {
-                $( Hook::$variant => entries::$name as *const c_void, )*
-            }
-        }
     };
 }
 
 rmcp_sys::hooked_functions!(exports);
 
-// The per-copy entries' `.irp` list names slots 0 to 7.
-const _: () = assert!(COPY_ENTRIES == 8);
+// The per-copy entries' `.irp` list names slots 0 to 7, and sets bit 56 + slot.
+const _: () = assert!(COPY_ENTRIES == 8 && crate::entries::COPY_SLOT_SHIFT == 56);
 
 /// The front's `size_t rmcp_shim_stats(char *buf, size_t len)` calls this: writes this
 /// process's counters as UTF-8 JSON (the RMCP_STATS_FILE report, no terminating NUL) into
@@ -267,19 +214,4 @@ pub(crate) extern "C" fn stats(buf: *mut std::ffi::c_char, len: usize) -> usize 
         crate::report::stats_json(out)
     })
     .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rmcp_core::registry::HOOKS;
-
-    #[test]
-    fn every_hook_has_a_distinct_entry() {
-        let mut addrs: Vec<usize> = HOOKS.iter().map(|(h, _)| entry(*h) as usize).collect();
-        assert!(addrs.iter().all(|a| *a != 0));
-        addrs.sort();
-        addrs.dedup();
-        assert_eq!(addrs.len(), HOOKS.len());
-    }
 }

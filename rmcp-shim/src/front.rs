@@ -1,7 +1,8 @@
 //! What librmcp_shim.so (the preloaded front, `front/front.rs`) gives this library when it
 //! maps it, read by every other module: the front's exports, its lookups, its generation
 //! of loaded objects, its per-thread block, descriptor 2 at start. It imports no module of
-//! this crate (the attach, which hands the front this library's entries, is `attach.rs`).
+//! this crate but `entries` (for unit tests, which have no front); the attach, which hands
+//! the front this library's entries, is `attach.rs`.
 //!
 //! The front is what the process preloaded, so everything that means "the shim's place in
 //! the process" is the front's: its exports (what a caller handed the shim's function gets,
@@ -64,7 +65,7 @@ pub(crate) fn export(hook: Hook) -> usize {
     match get() {
         Some(f) => f.exports[hook.index()].0 as usize,
         #[cfg(test)]
-        None => crate::exports::entry(hook) as usize,
+        None => crate::entries::entry(hook) as usize,
         #[cfg(not(test))]
         None => 0,
     }

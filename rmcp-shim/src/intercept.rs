@@ -19,6 +19,7 @@ use rmcp_sys::{HipApi, HipError, error};
 use rmcp_core::classify::Classes;
 
 use crate::binding::{self, Binding};
+use crate::entries::COPY_SLOT_SHIFT;
 use crate::handout;
 use crate::state::{self, Global};
 use crate::stats::{self, Outcome};
@@ -96,9 +97,9 @@ fn forward_bare(caller: Caller, asked: &impl Fn(&HipApi) -> Option<HipError>) ->
 pub(crate) enum Caller {
     /// An ordinary entry: the caller's return address, whose object decides (`binding`).
     At(usize),
-    /// A per-copy entry (`exports::copy_entry`): the call goes to that slot's copy
-    /// (`handout`), whoever made it.
-    Copy(usize),
+    /// A per-copy entry (`entries::copy_entry`): the call goes to that slot's copy
+    /// (`handout`), whoever made it; `ret` is the caller's return address, for the log.
+    Copy { slot: usize, ret: usize },
 }
 
 impl Caller {
@@ -107,7 +108,11 @@ impl Caller {
     #[inline(always)]
     pub(crate) fn of<const COPY: bool>(ret: usize) -> Caller {
         if COPY {
-            Caller::Copy(ret)
+            // The per-copy entry sets bit 56 + slot above the return address (`exports`).
+            Caller::Copy {
+                slot: ((ret >> COPY_SLOT_SHIFT) as u8).trailing_zeros() as usize,
+                ret: ret & ((1 << COPY_SLOT_SHIFT) - 1),
+            }
         } else {
             Caller::At(ret)
         }
@@ -120,7 +125,7 @@ impl Caller {
 fn binding_of(caller: Caller, cfg: &rmcp_core::config::Config) -> Option<&'static Binding> {
     match caller {
         Caller::At(ret) => binding::for_caller(ret, cfg).or_else(handout::unplaced),
-        Caller::Copy(k) => handout::for_slot(k).or_else(handout::unplaced),
+        Caller::Copy { slot, .. } => handout::for_slot(slot).or_else(handout::unplaced),
     }
 }
 
@@ -175,7 +180,7 @@ fn decide_and_call<const COPY: bool>(
     asked: &impl Fn(&HipApi) -> Option<HipError>,
 ) -> HipError {
     let caller = Caller::of::<COPY>(call.ret);
-    let Ok(global) = catch_unwind(state::global) else {
+    let Ok(global) = catch_unwind(crate::report::global) else {
         return forward_bare(caller, asked);
     };
     let Ok(Some(binding)) = catch_unwind(|| binding_of(caller, global.config)) else {
@@ -183,10 +188,14 @@ fn decide_and_call<const COPY: bool>(
     };
     let api = &binding.api;
     let facts = CallFacts { global, binding };
-    let decision = catch_unwind(AssertUnwindSafe(|| {
-        policy::decide(call.hook, call.flags, &global.rules, &facts)
+    // What the decision needs from the runtime is asked here, before the caller's call, never
+    // after it: the caller's own call then sets the runtime's per-thread state (the last
+    // error) as it would have without the shim.
+    let (decision, coherent_if_served) = catch_unwind(AssertUnwindSafe(|| {
+        let d = policy::decide(call.hook, call.flags, &global.rules, &facts);
+        (d, d == Decision::Unchanged && left_coherent(call, binding))
     }))
-    .unwrap_or(Decision::Unchanged);
+    .unwrap_or((Decision::Unchanged, false));
     // From here to the bookkeeping: runtime calls and plain comparisons only.
     let mut fallback = false;
     let mut lacks = false;
@@ -212,8 +221,7 @@ fn decide_and_call<const COPY: bool>(
     };
 
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        let coherent =
-            rc == error::SUCCESS && decision == Decision::Unchanged && left_coherent(call, binding);
+        let coherent = rc == error::SUCCESS && coherent_if_served;
         after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
@@ -223,8 +231,8 @@ fn decide_and_call<const COPY: bool>(
     rc
 }
 
-/// Whether the call the runtime just served as asked left memory coherent that no flag
-/// changes. Uncached needs the runtime's version, asked now (after the call) if not yet.
+/// Whether the call, if the runtime serves it as asked, leaves memory coherent that no flag
+/// changes. Uncached needs the runtime's version, asked now (before the call) if not yet.
 fn left_coherent(call: Call, binding: &Binding) -> bool {
     match policy::left_coherent(call.hook, call.flags) {
         LeftCoherent::No => false,
@@ -297,7 +305,7 @@ pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, caller
         if t.inside() {
             return;
         }
-        stats::record_host_location(t.slot(), hook);
+        stats::record_host_location(stats::slot(t), hook);
         let Some(global) = state::global_if_built() else {
             return;
         };
@@ -324,7 +332,7 @@ fn after<const COPY: bool>(
         ..
     } = call;
     stats::record(
-        t.slot(),
+        stats::slot(t),
         hook,
         Outcome {
             rewritten: decision != Decision::Unchanged,
@@ -371,10 +379,9 @@ fn after<const COPY: bool>(
 
 fn describe_caller(caller: Caller) -> String {
     match caller {
-        Caller::At(ret) => {
+        Caller::At(ret) | Caller::Copy { ret, .. } => {
             rmcp_sys::locate::object_of(ret).map_or_else(|| "?".to_string(), |(_, p)| p)
         }
-        Caller::Copy(k) => format!("(through copy entry {k})"),
     }
 }
 

@@ -26,8 +26,9 @@ use std::fmt::{self, Write as _};
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU64, Ordering};
 
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
@@ -83,18 +84,122 @@ pub(crate) fn dropped_lines() -> u64 {
     DROPPED.load(Ordering::Relaxed)
 }
 
+/// How long one write waits for room (a pipe whose reader is slow, a terminal on hold)
+/// before the rest is dropped: a line of the shim's never holds the program up for long.
+const WRITE_PATIENCE_MS: c_int = 100;
+/// The most written at once: PIPE_BUF, so that room `poll` reports for a pipe takes it
+/// without waiting.
+const WRITE_CHUNK: usize = 4096;
+
+/// SIGPIPE blocked on this thread while the shim writes (issue 30): a write into a pipe or
+/// FIFO whose reader has gone fails with EPIPE instead of killing the program. Dropped: a
+/// SIGPIPE the write raised, which was not pending before, is consumed (`sigtimedwait`, no
+/// wait), and the thread's mask is restored; one the program had pending stays pending.
+struct NoSigpipe {
+    old: libc::sigset_t,
+    pipe: libc::sigset_t,
+    pending_before: bool,
+    /// A write returned EPIPE (so it raised a SIGPIPE for this thread).
+    raised: bool,
+}
+
+impl NoSigpipe {
+    fn new() -> NoSigpipe {
+        // SAFETY: sigemptyset/sigaddset fill the sets they are given; pthread_sigmask
+        // changes this thread's mask only and writes the old one into `old`; sigpending
+        // writes the pending set. None of them fails with valid arguments.
+        unsafe {
+            let mut pipe: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut pipe);
+            libc::sigaddset(&mut pipe, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+            libc::sigemptyset(&mut pending);
+            libc::sigpending(&mut pending);
+            NoSigpipe {
+                old,
+                pipe,
+                pending_before: libc::sigismember(&pending, libc::SIGPIPE) == 1,
+                raised: false,
+            }
+        }
+    }
+}
+
+impl Drop for NoSigpipe {
+    fn drop(&mut self) {
+        if self.raised && !self.pending_before {
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: `pipe` holds SIGPIPE, blocked on this thread; with a zero timeout
+            // sigtimedwait takes a pending one or returns EAGAIN at once.
+            unsafe { libc::sigtimedwait(&self.pipe, std::ptr::null_mut(), &zero) };
+        }
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// A write found no room within [`WRITE_PATIENCE_MS`]: later writes do not wait at all
+/// until a descriptor has room again, so a stuck reader costs the program one wait, not one
+/// per line.
+static STUCK: AtomicBool = AtomicBool::new(false);
+
+/// Waits at most [`WRITE_PATIENCE_MS`] (none while [`STUCK`]) for `fd` to take a write;
+/// false if it would not.
+fn writable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let wait = if STUCK.load(Ordering::Relaxed) {
+        0
+    } else {
+        WRITE_PATIENCE_MS
+    };
+    for _ in 0..3 {
+        // SAFETY: one valid pollfd; poll only writes its `revents`.
+        match unsafe { libc::poll(&mut p, 1, wait) } {
+            0 => {
+                STUCK.store(true, Ordering::Relaxed);
+                return false;
+            }
+            // Ready, or an error the write itself will report (EPIPE, EBADF).
+            n if n > 0 => {
+                STUCK.store(false, Ordering::Relaxed);
+                return true;
+            }
+            _ if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            _ => return true,
+        }
+    }
+    false
+}
+
 /// Writes all of `buf` to `fd`, retrying after signals; false if any of it was not
-/// written (an error, or a non-blocking descriptor that would block).
+/// written (an error, a descriptor that stayed full for [`WRITE_PATIENCE_MS`], or a
+/// non-blocking one that would block). Never raises SIGPIPE ([`NoSigpipe`]).
 fn write_fd(fd: RawFd, mut buf: &[u8]) -> bool {
     // write(2) is a cancellation point; a line is the shim's own work.
     let _no_cancel = crate::cancel::NoCancel::new();
+    let mut no_sigpipe = NoSigpipe::new();
     while !buf.is_empty() {
-        // SAFETY: `buf` is valid for `buf.len()` bytes; writing to a closed or invalid fd
+        if !writable(fd) {
+            return false;
+        }
+        let chunk = buf.len().min(WRITE_CHUNK);
+        // SAFETY: `buf` is valid for `chunk` bytes; writing to a closed or invalid fd
         // only returns an error.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), chunk) };
         if n < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EPIPE) => no_sigpipe.raised = true,
+                _ => {}
             }
             return false;
         }
@@ -192,6 +297,96 @@ pub(crate) fn write_regular_file(path: &Path, data: &[u8]) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Where [`place_report`] put a report.
+pub(crate) enum Placed {
+    /// At the name, replacing an rmcp report (returned) or nothing.
+    Replaced(Option<Replaced>),
+    /// Written into what is at the name, replacing nothing: why.
+    InPlace(InPlace),
+}
+
+/// Why a report was written into what was at its name instead of replacing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InPlace {
+    /// A device, a FIFO or a socket (a terminal, /dev/null, a pipe): written to.
+    NotRegular,
+    /// A regular file this process holds open (/dev/stdout and /dev/stderr redirected to a
+    /// file, the program's own output file): appended to.
+    HeldOpen,
+    /// A regular file that is not an rmcp report (rmcp did not create it): appended to.
+    NotAReport,
+}
+
+impl InPlace {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            InPlace::NotRegular => "not a regular file; the report was written to it",
+            InPlace::HeldOpen => {
+                "a file this process holds open; the report was appended to it, nothing replaced"
+            }
+            InPlace::NotAReport => {
+                "a file that is not an rmcp report; the report was appended to it, nothing \
+                 replaced"
+            }
+        }
+    }
+}
+
+/// Puts the report `data` at `path` (RMCP_STATS_FILE) as a guest in the program (issue 30):
+/// replaces only what rmcp itself created there (nothing, or a regular file holding an rmcp
+/// report, `is_report`) that this process does not hold open, atomically
+/// ([`replace_regular_file`]). Anything else is never replaced, truncated or unlinked: a
+/// device, FIFO or socket is written to (non-blocking), a regular file the process holds open
+/// (a descriptor path such as /dev/stdout, its own output file) or one that is not a report
+/// is appended to, and the caller is told which ([`Placed::InPlace`]). A directory is an
+/// error.
+pub(crate) fn place_report(
+    path: &Path,
+    data: &[u8],
+    is_report: impl Fn(&[u8]) -> bool,
+) -> io::Result<Placed> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return replace_regular_file(path, data).map(Placed::Replaced);
+        }
+        Err(e) => return Err(e),
+    };
+    if meta.is_dir() {
+        return Err(io::Error::other("a directory"));
+    }
+    let why = if !meta.is_file() {
+        InPlace::NotRegular
+    } else if held_open(meta.dev(), meta.ino()) {
+        InPlace::HeldOpen
+    } else if meta.len() <= REPORT_MAX && std::fs::read(path).is_ok_and(|bytes| is_report(&bytes)) {
+        return replace_regular_file(path, data).map(Placed::Replaced);
+    } else {
+        InPlace::NotAReport
+    };
+    let fd = open_nonblocking(&c_path(path)?, libc::O_WRONLY | libc::O_APPEND)?;
+    // SAFETY: `fd` was just opened for the shim; the File owns and closes it.
+    let _file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if write_fd(fd, data) {
+        Ok(Placed::InPlace(why))
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The largest file read to tell whether it is an rmcp report.
+const REPORT_MAX: u64 = 1 << 20;
+
+/// Whether any descriptor of this process is open on the file (st_dev, st_ino).
+fn held_open(dev: u64, ino: u64) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return false;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
+        .any(|fd| identity(fd) == Some((dev, ino)))
 }
 
 /// A file [`replace_regular_file`] put something else's place.
@@ -322,32 +517,59 @@ fn plain_rename(
 
 // ---- the log's destination ------------------------------------------------------------
 
-/// LOG_FD: stderr, or RMCP_LOG_FILE not yet opened, or the log file's descriptor (>= 3).
+/// LOG_FD: stderr, or RMCP_LOG_FILE not yet opened, or lost (its descriptor changed hands
+/// and the file could not be reopened), or the log file's descriptor (>= 3).
 const TO_STDERR: RawFd = -1;
 const NOT_OPENED: RawFd = -2;
+const LOST: RawFd = -3;
 static LOG_FD: AtomicI32 = AtomicI32::new(TO_STDERR);
+/// The log file's (st_dev, st_ino), recorded when it was opened: a line is written to its
+/// descriptor only while the descriptor is still that file.
+static LOG_DEV: AtomicU64 = AtomicU64::new(0);
+static LOG_INO: AtomicU64 = AtomicU64::new(0);
 /// RMCP_LOG_FILE, kept for the first line written (leaked once).
 static LOG_PATH: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Where lines go: the log file's descriptor, or TO_STDERR. Opens the log file on the
-/// first call.
+/// Where lines go: the log file's descriptor, TO_STDERR, or LOST. Opens the log file on
+/// the first call; reopens it when its descriptor is no longer the file opened (a program
+/// that closed every descriptor, as a daemon does, and opened its own file on the number).
 fn destination() -> RawFd {
     match LOG_FD.load(Ordering::Acquire) {
         NOT_OPENED => open_log_file(),
+        fd if fd >= 0 && !is_the_log(fd) => reopen_log_file(fd),
         fd => fd,
     }
 }
 
+fn log_identity() -> (u64, u64) {
+    (
+        LOG_DEV.load(Ordering::Acquire),
+        LOG_INO.load(Ordering::Acquire),
+    )
+}
+
+/// Is `fd` still the log file the shim opened?
+fn is_the_log(fd: RawFd) -> bool {
+    identity(fd) == Some(log_identity())
+}
+
+fn log_path() -> Option<&'static CStr> {
+    let path = LOG_PATH.load(Ordering::Acquire);
+    // SAFETY: LOG_PATH is null or holds a leaked CString, never freed.
+    (!path.is_null()).then(|| unsafe { CStr::from_ptr(path) })
+}
+
 #[cold]
 fn open_log_file() -> RawFd {
-    let path = LOG_PATH.load(Ordering::Acquire);
-    if path.is_null() {
+    let Some(path) = log_path() else {
         return TO_STDERR;
-    }
-    // SAFETY: LOG_PATH holds a leaked CString, never freed.
-    let path = unsafe { CStr::from_ptr(path) };
+    };
     match open_nonblocking(path, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT) {
         Ok(fd) => {
+            if let Some((dev, ino)) = identity(fd) {
+                LOG_DEV.store(dev, Ordering::Release);
+                LOG_INO.store(ino, Ordering::Release);
+            }
             match LOG_FD.compare_exchange(NOT_OPENED, fd, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => fd,
                 Err(other) => {
@@ -376,15 +598,66 @@ fn open_log_file() -> RawFd {
     }
 }
 
+/// The log's descriptor `stale` is no longer the file the shim opened: the program closed
+/// it, and may have opened a file of its own on the number. The shim never writes to or
+/// closes it again. The log is reopened by name when the name still names the same file (so
+/// a working directory changed since, or a file renamed or replaced at the name, is never
+/// written instead); otherwise the log is lost, and its lines are dropped and counted.
+#[cold]
+fn reopen_log_file(stale: RawFd) -> RawFd {
+    let want = log_identity();
+    let same_file = |path: &CStr| {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: a NUL-terminated path; stat writes one `struct stat` or nothing.
+        if unsafe { libc::stat(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+            return false;
+        }
+        // SAFETY: stat succeeded and filled `st`.
+        let st = unsafe { st.assume_init() };
+        (st.st_dev, st.st_ino) == want
+    };
+    let fresh = log_path()
+        .filter(|p| same_file(p))
+        .and_then(|p| open_nonblocking(p, libc::O_WRONLY | libc::O_APPEND).ok())
+        .and_then(|fd| {
+            if identity(fd) == Some(want) {
+                Some(fd)
+            } else {
+                // SAFETY: `fd` was just opened by this thread and is not used.
+                unsafe { libc::close(fd) };
+                None
+            }
+        });
+    match LOG_FD.compare_exchange(
+        stale,
+        fresh.unwrap_or(LOST),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => fresh.unwrap_or(LOST),
+        Err(now) => {
+            // Another thread reopened it first.
+            if let Some(fd) = fresh {
+                // SAFETY: `fd` is this thread's, unused.
+                unsafe { libc::close(fd) };
+            }
+            now
+        }
+    }
+}
+
 fn emit(line: &[u8]) {
     match destination() {
         TO_STDERR => {
             write_stderr(line);
         }
-        fd => {
+        fd if fd >= 0 => {
             if !write_fd(fd, line) {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        _ => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -596,6 +869,52 @@ mod tests {
             write_regular_file(&fifo, b"x").is_err(),
             "a FIFO, and no wait"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_report_replaces_only_what_rmcp_created() {
+        let dir = std::env::temp_dir().join(format!("rmcp-place-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let is_report = |b: &[u8]| b.starts_with(b"{\"rmcp\"");
+        let f = dir.join("r.json");
+        // Nothing there: created. A report there: replaced.
+        assert!(matches!(
+            place_report(&f, b"{\"rmcp\":1}\n", is_report).unwrap(),
+            Placed::Replaced(None)
+        ));
+        assert!(matches!(
+            place_report(&f, b"{\"rmcp\":2}\n", is_report).unwrap(),
+            Placed::Replaced(Some(_))
+        ));
+        assert_eq!(std::fs::read(&f).unwrap(), b"{\"rmcp\":2}\n");
+        // Another file: appended to, never replaced (same inode, its data kept).
+        let other = dir.join("job.log");
+        std::fs::write(&other, b"the program's line\n").unwrap();
+        let ino = std::fs::metadata(&other).unwrap().ino();
+        assert!(matches!(
+            place_report(&other, b"{\"rmcp\":3}\n", is_report).unwrap(),
+            Placed::InPlace(InPlace::NotAReport)
+        ));
+        assert_eq!(
+            std::fs::read(&other).unwrap(),
+            b"the program's line\n{\"rmcp\":3}\n"
+        );
+        assert_eq!(std::fs::metadata(&other).unwrap().ino(), ino);
+        // A report this process holds open: appended to.
+        let held = std::fs::File::open(&f).unwrap();
+        assert!(matches!(
+            place_report(&f, b"{\"rmcp\":4}\n", is_report).unwrap(),
+            Placed::InPlace(InPlace::HeldOpen)
+        ));
+        drop(held);
+        assert_eq!(std::fs::read(&f).unwrap(), b"{\"rmcp\":2}\n{\"rmcp\":4}\n");
+        // A device: written to.
+        assert!(matches!(
+            place_report(Path::new("/dev/null"), b"x", is_report).unwrap(),
+            Placed::InPlace(InPlace::NotRegular)
+        ));
+        assert!(place_report(&dir, b"x", is_report).is_err(), "a directory");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 
 use rmcp_core::classify::is_affected;
-use rmcp_core::config::{Config, Mode};
+use rmcp_core::config::{Config, LogLevel, Mode};
 use rmcp_core::registry::HOOKS;
 use rmcp_core::remedy::{OVERRIDE_VARIABLE, cross_family_warning};
 use rmcp_core::topology::Topology;
 
 use crate::binding::Binding;
 use crate::copies::{self, Copy};
-use crate::state::{Global, global_if_built};
+use crate::log::{InPlace, Placed};
+use crate::state::{self, Global, global_if_built};
 use crate::stats::{self, Counts, counts};
 
 /// A runtime copy calls reached.
@@ -112,9 +113,11 @@ impl Report {
                 version(&self.runtime),
             ));
         }
+        // Each column keeps at least one space before it, so that counts of any length
+        // never run together (issue 30); the widths are those of counts that fit.
         let mut line = |name: &str, c: [String; 7]| {
             out.push_str(&format!(
-                "rmcp[{pid}] {name:<27}{:>8}{:>10}{:>10}{:>8}{:>14}{:>9}{:>14}\n",
+                "rmcp[{pid}] {name:<27} {:>7} {:>9} {:>9} {:>7} {:>13} {:>8} {:>13}\n",
                 c[0], c[1], c[2], c[3], c[4], c[5], c[6]
             ));
         };
@@ -212,10 +215,10 @@ fn wants_details(g: &Global) -> bool {
 }
 
 /// Called after each forwarded call: the first time a runtime copy is reached, if the
-/// banner or the stats report want them, asks it for its version and devices and logs the
+/// banner or the stats report want them, has its version and devices asked and logs the
 /// banner for it.
 #[inline(always)]
-pub(crate) fn after_call(g: &Global, b: &Binding) {
+pub(crate) fn after_call(g: &'static Global, b: &Binding) {
     if let Some(c) = b.copy {
         if !c.announced.load(Ordering::Relaxed) {
             first_details(g, c);
@@ -223,26 +226,95 @@ pub(crate) fn after_call(g: &Global, b: &Binding) {
     }
 }
 
+/// How long the first call waits for the details thread ([`ask_elsewhere`]) before it
+/// returns to the program; the thread then logs the banner when it has the answers.
+const DETAILS_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
 #[cold]
-fn first_details(g: &Global, c: &Copy) {
+fn first_details(g: &'static Global, c: &'static Copy) {
     let _no_cancel = crate::cancel::NoCancel::new();
     if c.announced.swap(true, Ordering::Relaxed) || !wants_details(g) {
         return;
     }
-    c.version();
-    if g.config.mode != Mode::Off {
-        c.devices(g);
+    if !ask_elsewhere(g, c) {
+        // No thread could be started: the banner without the answers.
+        banner(g, c);
     }
-    banner(g, c);
 }
 
+/// What the details thread is given: the state, the copy, and the flag it sets when done.
+struct Ask {
+    g: &'static Global,
+    c: &'static Copy,
+    done: std::sync::Arc<AtomicBool>,
+}
+
+/// Asks `c` for its version and devices on a thread of the shim's own, never on the
+/// caller's (issue 30): the runtime keeps per-thread state (the last error that
+/// hipGetLastError and hipPeekAtLastError return), which any query of the caller's thread
+/// would reset. The thread has every signal blocked (the program's handlers never run on
+/// it), logs the banner once it has the answers, and ends. The caller waits for it at most
+/// [`DETAILS_PATIENCE`] (a runtime query may take the loader's lock, which the caller may
+/// hold). False if no thread could be started.
+fn ask_elsewhere(g: &'static Global, c: &'static Copy) -> bool {
+    extern "C" fn details(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: `arg` is the Box<Ask> leaked by `ask_elsewhere` for this thread alone.
+        let ask = unsafe { Box::from_raw(arg.cast::<Ask>()) };
+        let (g, c) = (ask.g, ask.c);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _no_cancel = crate::cancel::NoCancel::new();
+            c.version();
+            if g.config.mode != Mode::Off {
+                c.devices(g);
+            }
+            banner(g, c);
+        }));
+        ask.done.store(true, Ordering::Release);
+        std::ptr::null_mut()
+    }
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let arg = Box::into_raw(Box::new(Ask {
+        g,
+        c,
+        done: done.clone(),
+    }));
+    // SAFETY: the attribute and signal sets are initialised before use and the attribute
+    // destroyed after; pthread_create starts `details` with `arg`, which it owns from then
+    // on; the caller's mask is restored before returning.
+    let started = unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut t: libc::pthread_t = 0;
+        let rc = libc::pthread_create(&mut t, &attr, details, arg.cast());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        rc == 0
+    };
+    if !started {
+        // SAFETY: no thread took `arg`; it is still this function's.
+        drop(unsafe { Box::from_raw(arg) });
+        return false;
+    }
+    let start = std::time::Instant::now();
+    while !done.load(Ordering::Acquire) && start.elapsed() < DETAILS_PATIENCE {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    true
+}
+
+/// The banner for `c`, from what is known of it (nothing is asked here).
 fn banner(g: &Global, c: &Copy) {
     let version = c
-        .version()
+        .version_if_known()
         .map_or_else(|| "unknown".to_string(), |v| v.to_string());
     let host = match g.classes {
         rmcp_core::classify::Classes::Uniform(v) => v,
-        rmcp_core::classify::Classes::Mixed => c.host_affected(g),
+        rmcp_core::classify::Classes::Mixed => c.host_affected_if_listed().unwrap_or(false),
     };
     let file = if c.path == c.name {
         String::new()
@@ -314,7 +386,7 @@ fn override_now(node: u32) -> Option<String> {
 /// Once per process, on its first hooked call (the device picture is built then): warns,
 /// at the default level, for each affected GPU that HSA_OVERRIDE_GFX_VERSION makes run
 /// another family's code. The shim never changes the variable.
-pub(crate) fn override_warning(cfg: &Config, topology: Option<&Topology>) {
+fn override_warning(cfg: &Config, topology: Option<&Topology>) {
     let Some(topo) = topology else { return };
     for g in &topo.gpus {
         if !is_affected(g.gfx, &cfg.targets, cfg.mode) {
@@ -329,19 +401,34 @@ pub(crate) fn override_warning(cfg: &Config, topology: Option<&Topology>) {
     }
 }
 
+/// The shared state (`state::global_with`), with what building it starts: the exit and
+/// fork hooks and the override warning. Every path that builds the state comes here, so
+/// whichever builds it first starts them.
+#[inline(always)]
+pub(crate) fn global() -> &'static Global {
+    state::global_with(|g| {
+        install_exit_hooks(g.config);
+        override_warning(g.config, g.topology.as_ref());
+    })
+}
+
 static EXIT_HOOKS: AtomicBool = AtomicBool::new(false);
 
 /// At exit in a process that loaded a library with RTLD_DEEPBIND (the front calls this,
 /// through `front::deepbind_seen`, after every earlier exit handler of the body): the
 /// report is written now, whether or not a hooked call ever reached the shim, so that what
 /// it says about libraries the shim did not reach is not lost.
+///
+/// The process is exiting: the state is built without what a first call starts (the exit
+/// hooks, the override warning), and nothing is done in a fork child whose loader may be
+/// inconsistent beyond what needs no loader.
 pub(crate) fn deepbind_seen() {
-    crate::state::global();
+    state::global_with(|_| {});
     crate::binding::note_loaded();
     write_report();
 }
 
-pub(crate) fn install_exit_hooks(cfg: &Config) {
+fn install_exit_hooks(cfg: &Config) {
     if EXIT_HOOKS.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -356,8 +443,9 @@ pub(crate) fn install_exit_hooks(cfg: &Config) {
 }
 
 extern "C" fn after_fork_in_child() {
-    // The child counts its own calls.
+    // The child counts its own calls, and writes its own report.
     stats::reset_after_fork();
+    WRITTEN.store(false, Ordering::Release);
     crate::binding::after_fork_in_child();
 }
 
@@ -377,44 +465,77 @@ fn stats_path(template: &std::path::Path, pid: u32) -> std::path::PathBuf {
     }
 }
 
+/// The report was written in this process (a fork child writes its own).
+static WRITTEN: AtomicBool = AtomicBool::new(false);
+
+/// Writes the exit report, once per process: the exit hook and the RTLD_DEEPBIND exit step
+/// may both come here.
 fn write_report() {
     let Some(g) = global_if_built() else {
         return;
     };
+    if WRITTEN.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let report = report(g);
     let stderr = crate::log::FdWriter(libc::STDERR_FILENO);
+    // Written directly, in the logger's format: at exit the logger's thread-local state may
+    // already be destroyed, and that must not cost the report.
+    let say = |line: &str| {
+        let _ = std::io::Write::write_all(&mut stderr.clone(), line.as_bytes());
+    };
     if g.config.stats {
-        let _ = std::io::Write::write_all(&mut stderr.clone(), report.human().as_bytes());
+        say(&report.human());
     }
-    if let Some(template) = &g.config.stats_file {
-        let path = stats_path(template, report.pid);
-        let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
-        match crate::log::replace_regular_file(&path, json.as_bytes()) {
-            Ok(Some(replaced)) => {
-                if g.config.log >= rmcp_core::config::LogLevel::Warn {
-                    if let Some(line) = replaced_warning(&replaced, report.pid, &path) {
-                        let _ = std::io::Write::write_all(&mut stderr.clone(), line.as_bytes());
-                    }
-                }
-                return;
+    let Some(template) = &g.config.stats_file else {
+        return;
+    };
+    let path = stats_path(template, report.pid);
+    let json = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+    let level = g.config.log;
+    let pid = report.pid;
+    match crate::log::place_report(&path, json.as_bytes(), is_report) {
+        Ok(Placed::Replaced(replaced)) => {
+            let line = replaced.and_then(|r| replaced_warning(&r, pid, &path));
+            if let (Some(line), true) = (line, level >= LogLevel::Warn) {
+                say(&line);
             }
-            Ok(None) => return,
-            Err(_) => {}
         }
-        if let Err(e) = crate::log::write_regular_file(&path, json.as_bytes()) {
-            // Written directly, in the logger's format: at exit the logger's thread-local
-            // state may already be destroyed, and that must not cost the report.
-            if g.config.log >= rmcp_core::config::LogLevel::Warn {
-                let line = format!(
-                    "rmcp[{}] warn: RMCP_STATS_FILE {}: {e}; writing the report to stderr instead\n",
-                    report.pid,
+        Ok(Placed::InPlace(why)) => {
+            // A file rmcp did not create, appended to: a warning. A device, a pipe or the
+            // program's own output named on purpose (/dev/stdout): said at info.
+            let at = if why == InPlace::NotAReport {
+                LogLevel::Warn
+            } else {
+                LogLevel::Info
+            };
+            if level >= at {
+                say(&format!(
+                    "rmcp[{pid}] {}: RMCP_STATS_FILE {}: {}\n",
+                    if at == LogLevel::Warn { "warn" } else { "info" },
+                    path.display(),
+                    why.describe()
+                ));
+            }
+        }
+        Err(e) => {
+            if level >= LogLevel::Warn {
+                say(&format!(
+                    "rmcp[{pid}] warn: RMCP_STATS_FILE {}: {e}; writing the report to stderr \
+                     instead\n",
                     path.display()
-                );
-                let _ = std::io::Write::write_all(&mut stderr.clone(), line.as_bytes());
+                ));
             }
-            let _ = std::io::Write::write_all(&mut stderr.clone(), json.as_bytes());
+            say(&json);
         }
     }
+}
+
+/// Whether `bytes` are an rmcp report (a file rmcp created, which a later report may
+/// replace): a JSON object with an `rmcp` version and a `pid`.
+fn is_report(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .is_ok_and(|v| v["rmcp"].is_string() && v["pid"].is_u64())
 }
 
 /// The warning for a report that replaced another process's (issue 22): when the file it
@@ -496,7 +617,7 @@ pub(crate) fn stats_json(out: &mut [u8]) -> usize {
             Ok(())
         }
     }
-    let report = report(crate::state::global());
+    let report = report(global());
     let mut w = Clipped { out, len: 0 };
     match serde_json::to_writer(&mut w, &report) {
         Ok(()) => w.len,
@@ -612,6 +733,51 @@ mod tests {
         );
         let start = process_start().expect("/proc is there");
         assert!(start <= std::time::SystemTime::now());
+    }
+
+    #[test]
+    fn the_summary_columns_never_run_together() {
+        let mut r = Report::new("auto", vec![], vec![]);
+        let huge = u64::MAX; // 20 digits
+        r.calls.insert(
+            "hipMalloc",
+            Counts {
+                calls: huge,
+                rewritten: huge,
+                fallbacks: huge,
+                errors: huge,
+                bytes: huge,
+                coherent: huge,
+                host_location: huge,
+            },
+        );
+        let text = r.human();
+        let row = text.lines().find(|l| l.contains(" hipMalloc ")).unwrap();
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(fields.len(), 9, "{row}");
+        assert!(fields[2..].iter().all(|f| *f == huge.to_string()), "{row}");
+        // Counts that fit keep the columns where they were.
+        let header = text.lines().nth(1).unwrap();
+        assert!(
+            header.ends_with(
+                "function                      calls rewritten fallbacks  errors         bytes \
+                 coherent host_location"
+            ),
+            "{header}"
+        );
+    }
+
+    #[test]
+    fn the_report_shows_what_was_counted() {
+        let hook = rmcp_core::registry::Hook::HipMemAllocHost;
+        crate::thread::with(|t| {
+            let slot = stats::slot(t);
+            stats::record(slot, hook, stats::Outcome::default());
+        });
+        let report = Report::new("auto", vec![], vec![]);
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json["calls"]["hipMemAllocHost"]["calls"].as_u64().unwrap() >= 1);
+        assert!(report.human().contains("hipMemAllocHost"));
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //! only on a mixed machine, and a runtime's version only for a hipHostAlloc call. Some
 //! runtimes answer a process's first call differently from later ones (5.7.1 without a GPU:
 //! 101, then 100), so an early query could change what the application sees. The banner and
-//! the stats report, which want both, ask after the first call has been forwarded
-//! (`report::after_call`).
+//! the stats report, which want both, have them asked after the first call has been
+//! forwarded, on a thread of the shim's own (`report::after_call`): a query on the
+//! caller's thread would reset the runtime's per-thread last error (issue 30).
 
 use rmcp_core::classify::{self, Classes};
 use rmcp_core::config::{Config, Mode};
@@ -62,9 +63,16 @@ pub(crate) fn config() -> &'static Config {
     })
 }
 
-/// The shared state, built on first use.
-pub(crate) fn global() -> &'static Global {
-    GLOBAL.get_or_init(build)
+/// The shared state, built on first use; `first` runs once, on the state just built, before
+/// any thread sees it (`report::global` passes what a process's first call starts: the exit
+/// hooks, the override warning).
+#[inline(always)]
+pub(crate) fn global_with(first: impl FnOnce(&Global)) -> &'static Global {
+    GLOBAL.get_or_init(|| {
+        let g = build();
+        first(&g);
+        g
+    })
 }
 
 /// The shared state if built (for the exit report).
@@ -84,8 +92,6 @@ fn build() -> Global {
     } else {
         classify::classify(topology.as_ref(), &config.targets, config.mode)
     };
-    crate::report::install_exit_hooks(config);
-    crate::report::override_warning(config, topology.as_ref());
     Global {
         config,
         rules: Rules {
@@ -137,22 +143,35 @@ fn own_base() -> usize {
 /// The runtime for callers with none in their scopes: the first mapped copy, else
 /// RMCP_HIP_LIBRARY, else the sonames, loaded. Found once; None while another thread is
 /// looking (loading takes the loader's lock, which this thread may hold).
+///
+/// The locator's lookups (`dlsym` on the runtime's handle) reach the front's `dlsym`; the
+/// thread is marked inside the shim while it looks, so that they are answered with the
+/// runtime's own functions, never with the shim's entries (issue 30: from the fork step,
+/// outside any hooked call, the answer was a per-copy entry, which the locator rejected as
+/// rmcp's own library).
 pub(crate) fn located_runtime() -> Option<&'static Runtime> {
     LOCATED
         .get_or_init_unless_busy(|| {
-            let cfg = config();
-            let req = locate::Request {
-                library: cfg.hip_library.clone(),
-                exclude_base: own_base(),
-                mapped_only: false,
-            };
-            match locate::locate(&req) {
-                Ok(rt) => Some(rt),
-                Err(e) => {
-                    tracing::error!("{e}; HIP calls return hipErrorSharedObjectSymbolNotFound");
-                    None
-                }
-            }
+            crate::thread::with(|t| {
+                let _inside = t.enter();
+                locate_runtime()
+            })
         })
         .and_then(Option::as_ref)
+}
+
+fn locate_runtime() -> Option<Runtime> {
+    let cfg = config();
+    let req = locate::Request {
+        library: cfg.hip_library.clone(),
+        exclude_base: own_base(),
+        mapped_only: false,
+    };
+    match locate::locate(&req) {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            tracing::error!("{e}; HIP calls return hipErrorSharedObjectSymbolNotFound");
+            None
+        }
+    }
 }

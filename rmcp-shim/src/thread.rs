@@ -4,7 +4,7 @@
 //!   through their PLT (5.2.3's hipMemAllocHost calls hipHostMalloc@plt), so a hook can be
 //!   entered from inside a call the shim is forwarding. Such a call belongs to the runtime,
 //!   not to the application: it is forwarded unchanged and not counted;
-//! - the thread's stats slot (see `stats`).
+//! - the thread's stats slot, as `stats` claims it (this module only keeps it).
 //!
 //! The block lives in the front's initial-exec TLS (`front::thread_block`): every thread
 //! gets it zeroed at creation, so access never allocates and stays valid while the
@@ -44,12 +44,12 @@ pub(crate) fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
     }
 }
 
-/// Marks the thread as inside a hook until dropped.
-pub(crate) struct Entered<'a>(&'a ThreadState);
+/// Marks the thread as inside a hook until dropped, then as it was before.
+pub(crate) struct Entered<'a>(&'a ThreadState, bool);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        self.0.inside.set(false);
+        self.0.inside.set(self.1);
     }
 }
 
@@ -76,21 +76,8 @@ impl ThreadState {
     }
 
     pub(crate) fn enter(&self) -> Entered<'_> {
-        self.inside.set(true);
-        Entered(self)
-    }
-
-    /// This thread's stats slot, claimed on first use.
-    #[inline(always)]
-    pub(crate) fn slot(&self) -> usize {
-        match self.slot.get() {
-            0 => {
-                let s = crate::stats::claim_slot();
-                self.slot.set(s as u32 + 1);
-                s
-            }
-            s => s as usize - 1,
-        }
+        let before = self.inside.replace(true);
+        Entered(self, before)
     }
 
     pub(crate) fn set_slot(&self, slot: usize) {

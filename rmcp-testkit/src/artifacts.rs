@@ -125,6 +125,12 @@ pub fn nw_plugin(major: u8) -> PathBuf {
     })
 }
 
+/// tests/c/nw_bare.c as `libnwbare.so`: a library with no constructor or destructor, not
+/// even the C runtime's, that never_worse.c's `deepfork` loads and unloads in a loop.
+pub fn nw_bare() -> PathBuf {
+    PathBuf::from(env!("RMCP_NW_BARE"))
+}
+
 /// tests/c/never_worse.c: the loading shapes of issue 22, one subcommand each.
 pub fn never_worse_client() -> PathBuf {
     PathBuf::from(env!("RMCP_NW_CLIENT"))

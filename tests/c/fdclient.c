@@ -11,6 +11,7 @@
  *                 logs its warnings)
  *   say:TEXT      write TEXT and a newline to descriptor 1
  *   data:TEXT     write TEXT and a newline to the descriptor the last open: returned
+ *   wait:PATH     wait (at most 10 s) until PATH exists
  * Exit status: the number of writes that failed (a closed descriptor), or 100 for a bad
  * step or a failed open.
  */
@@ -48,6 +49,9 @@ int main(int argc, char **argv)
             (void)hipHostMalloc(&p, 4096, 0);
         } else if (strncmp(a, "say:", 4) == 0) {
             failed += put(1, a + 4);
+        } else if (strncmp(a, "wait:", 5) == 0) {
+            for (int t = 0; t < 10000 && access(a + 5, F_OK) != 0; t++)
+                usleep(1000);
         } else if (strncmp(a, "data:", 5) == 0) {
             failed += put(data, a + 5);
         } else {

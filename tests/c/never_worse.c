@@ -27,6 +27,14 @@
  *                             RTLD_LOCAL; dlsym hipHostMalloc and hipHostFree on its handle;
  *                             allocate and free through them
  *   deepbind PLUGIN           dlopen PLUGIN RTLD_NOW|RTLD_LOCAL|RTLD_DEEPBIND, nw_host(0)
+ *   deepexit LIB              an exit handler registered first (prints "deepexit body=B",
+ *                             B 1 when librmcp_shim_body.so is mapped when it runs), then
+ *                             dlopen LIB RTLD_NOW|RTLD_LOCAL|RTLD_DEEPBIND; exit
+ *   deepfork LIB CYCLE N      dlopen LIB with RTLD_DEEPBIND; a thread dlopens and dlcloses
+ *                             CYCLE in a loop while the main thread forks N children, each
+ *                             ending with exit(0) under alarm(3)
+ *   localfork PLUGIN          dlopen PLUGIN RTLD_NOW|RTLD_LOCAL, nw_host(0), then fork a
+ *                             child that exits 0
  *   cancel pending|race PLUGIN
  *                             a thread's nw_host(0) is the process's first hooked call;
  *                             pending: the thread is cancelled before it makes it (the
@@ -368,6 +376,85 @@ static int cancel(const char *how, const char *plugin)
     return 0;
 }
 
+static void body_at_exit(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int body = 0;
+    while (f && fgets(line, sizeof line, f))
+        body |= strstr(line, "librmcp_shim_body") != NULL;
+    if (f)
+        fclose(f);
+    printf("deepexit body=%d\n", body);
+}
+
+static int deepexit(const char *lib)
+{
+    atexit(body_at_exit);
+    if (dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) == NULL) {
+        fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
+        return 3;
+    }
+    return 0;
+}
+
+static int deepfork(const char *lib, const char *cyc, int n)
+{
+    open_or_die(lib, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    cycle_path = cyc;
+    pthread_t t;
+    pthread_create(&t, NULL, cycle, NULL);
+    pid_t kids[1024];
+    if (n > 1024)
+        n = 1024;
+    fflush(stdout);
+    for (int i = 0; i < n; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            alarm(3);
+            exit(0);
+        }
+    }
+    cycling = 0;
+    pthread_join(t, NULL);
+    int ok = 0, hung = 0, failed = 0, signalled = 0;
+    for (int i = 0; i < n; i++) {
+        int st;
+        if (kids[i] < 0) {
+            failed++;
+            continue;
+        }
+        waitpid(kids[i], &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            ok++;
+        else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+            hung++;
+        else if (WIFSIGNALED(st))
+            signalled++;
+        else
+            failed++;
+    }
+    printf("deepfork children=%d ok=%d hung=%d signalled=%d failed=%d\n", n, ok, hung,
+           signalled, failed);
+    return 0;
+}
+
+static int localfork(const char *plugin)
+{
+    void *h = open_or_die(plugin, RTLD_NOW | RTLD_LOCAL);
+    host_fn host = (host_fn)sym_or_die(h, "nw_host");
+    int frc, rc = host(0, &frc);
+    fflush(stdout);
+    pid_t kid = fork();
+    if (kid == 0)
+        _exit(0);
+    int st = -1;
+    waitpid(kid, &st, 0);
+    printf("localfork rc=%d free=%d child_status=%d\n", rc, frc,
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -390,6 +477,12 @@ int main(int argc, char **argv)
         return byname(argv[2], argv[3]);
     if (strcmp(cmd, "deepbind") == 0 && argc == 3)
         return deepbind(argv[2]);
+    if (strcmp(cmd, "deepexit") == 0 && argc == 3)
+        return deepexit(argv[2]);
+    if (strcmp(cmd, "deepfork") == 0 && argc == 5)
+        return deepfork(argv[2], argv[3], atoi(argv[4]));
+    if (strcmp(cmd, "localfork") == 0 && argc == 3)
+        return localfork(argv[2]);
     if (strcmp(cmd, "cancel") == 0 && argc == 4)
         return cancel(argv[2], argv[3]);
     fprintf(stderr, "usage: see the top of never_worse.c\n");

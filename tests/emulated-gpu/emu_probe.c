@@ -19,6 +19,8 @@
  *   h2d:SIZE / d2h:SIZE  hipMemcpy between a malloc'd host buffer and a hipMalloc'd one
  *   memset:SIZE          hipMemset on a hipMalloc'd buffer
  *   sync                 hipDeviceSynchronize
+ *   peekerror            hipPeekAtLastError: its answer is the step's rc
+ *   lasterror            hipGetLastError: its answer is the step's rc
  * Exit status: 0 when every step returned hipSuccess, 1 otherwise, 2 on a bad argument.
  */
 #define _GNU_SOURCE
@@ -198,6 +200,10 @@ int main(int argc, char **argv)
 			snprintf(detail, sizeof detail, "arch=%s", a);
 		} else if (!strcmp(step, "sync")) {
 			rc = CALL(f_v, "hipDeviceSynchronize");
+		} else if (!strcmp(step, "peekerror")) {
+			rc = CALL(f_v, "hipPeekAtLastError");
+		} else if (!strcmp(step, "lasterror")) {
+			rc = CALL(f_v, "hipGetLastError");
 		} else if (sscanf(step, "h2d:%llu", &size) == 1) {
 			rc = copy(0, size);
 		} else if (sscanf(step, "d2h:%llu", &size) == 1) {
