@@ -99,6 +99,12 @@ pub fn pytorch_org_has(g: Gfx) -> bool {
     PYTORCH_ORG_TARGETS.iter().any(|t| Gfx::parse(t) == Some(g))
 }
 
+/// TheRock's multi-arch PyTorch for one target: the install command the doctor and the
+/// shim's fault report give.
+pub fn therock_command(target: Gfx) -> String {
+    format!("pip install --index-url {THEROCK_INDEX} \"torch[device-{target}]\"")
+}
+
 /// A parsed HSA_OVERRIDE_GFX_VERSION value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverrideValue {

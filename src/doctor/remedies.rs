@@ -5,8 +5,8 @@
 
 use rmcp_core::gfx::Gfx;
 use rmcp_core::remedy::{
-    Advice, Family, OVERRIDE_VARIABLE, OverrideValue, THEROCK_INDEX, family, pytorch_org_has,
-    sources, therock_device, therock_family,
+    Advice, Family, OVERRIDE_VARIABLE, OverrideValue, family, pytorch_org_has, sources,
+    therock_device, therock_family,
 };
 
 use super::report::Remedy;
@@ -15,10 +15,7 @@ use super::report::Remedy;
 const NOT_RMCP: &str = "rmcp changes the coherence of allocations only: it cannot make code \
                         built for another ISA run correctly.";
 
-/// TheRock's multi-arch PyTorch for one target.
-pub fn therock_command(target: Gfx) -> String {
-    format!("pip install --index-url {THEROCK_INDEX} \"torch[device-{target}]\"")
-}
+pub use rmcp_core::remedy::therock_command;
 
 fn unset_command() -> String {
     format!("unset {OVERRIDE_VARIABLE}")
