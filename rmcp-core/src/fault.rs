@@ -132,8 +132,8 @@ pub struct Kernel {
     pub library: Option<String>,
     /// The launch function it went through.
     pub via: &'static str,
-    /// The thread that launched it (its kernel thread id).
-    pub thread: u32,
+    /// The thread that launched it (its `pthread_t`).
+    pub thread: u64,
 }
 
 /// Everything the block says.
@@ -397,7 +397,7 @@ pub fn render(f: &Fault) -> Vec<String> {
         ));
         for k in &f.kernels {
             out.push(format!(
-                "    {} in {} via {} (thread {})",
+                "    {} in {} via {} (thread {:#x})",
                 k.name.as_deref().unwrap_or("(name not recorded)"),
                 k.library.as_deref().unwrap_or("unknown library"),
                 k.via,
@@ -639,8 +639,8 @@ mod tests {
                 },
                 &[
                     "kernels launched last in this process, on any of its GPUs (newest first; the faulting one is among those still in flight, not necessarily the newest; 7 launches in all):",
-                    "    _Z4fillPii in /opt/app/app via hipLaunchKernel (thread 42)",
-                    "    (name not recorded) in unknown library via hipModuleLaunchKernel (thread 43)",
+                    "    _Z4fillPii in /opt/app/app via hipLaunchKernel (thread 0x2a)",
+                    "    (name not recorded) in unknown library via hipModuleLaunchKernel (thread 0x2b)",
                     "RMCP_MODE=off: rmcp changed no allocation",
                     "PCIe atomics: NOT supported",
                 ],

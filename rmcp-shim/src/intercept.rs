@@ -215,12 +215,46 @@ fn decide_and_call<const COPY: bool>(
         let coherent =
             rc == error::SUCCESS && decision == Decision::Unchanged && left_coherent(call, binding);
         after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
+        for_fault_report::<COPY>(call, decision, rc, fallback, binding);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
         }
         crate::report::after_call(global, binding);
     }));
     rc
+}
+
+/// What the GPU fault report needs of a call (issue 28): a successful allocation in the
+/// allocation record, with what was asked and what was forwarded; and, the runtime being
+/// open now, its ROCr watched.
+#[inline(always)]
+fn for_fault_report<const COPY: bool>(
+    call: Call,
+    decision: Decision,
+    rc: HipError,
+    fallback: bool,
+    binding: &Binding,
+) {
+    if rc != error::SUCCESS {
+        return;
+    }
+    if !call.out.is_null() {
+        // SAFETY: the runtime accepted the call and wrote the allocation's address to the
+        // caller's out-pointer.
+        let base = unsafe { call.out.read() } as usize;
+        let forwarded = match decision {
+            Decision::Rewrite(fw) if !fallback => Some(fw),
+            _ => None,
+        };
+        let caller = match Caller::of::<COPY>(call.ret) {
+            Caller::At(ret) => ret,
+            Caller::Copy(_) => 0,
+        };
+        crate::allocations::record(call.hook, base, call.size, caller, call.flags, forwarded);
+    }
+    if let Some(c) = binding.copy {
+        crate::fault::watch(c);
+    }
 }
 
 /// Whether the call the runtime just served as asked left memory coherent that no flag

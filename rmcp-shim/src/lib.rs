@@ -27,6 +27,11 @@
 //! - `stats`: the per-hook counters; `report`: the banner and the exit report;
 //! - `cancel`: cancellation kept off the shim's own work (pthread_cancel);
 //! - `alloc`: the shim's heap, with an emergency arena when malloc fails;
+//! - `observed`: the entries of the observed functions (launches, `__hipRegisterFunction`,
+//!   `hsa_queue_create`), which record one fact and go on untouched;
+//! - `launches`: the launch ring and the kernels' names; `allocations`: the record of the
+//!   allocations hooked calls made; `queues`: the wrapped error callbacks of HSA queues;
+//! - `fault`: the GPU fault handler and the block it writes;
 //! - `log`: the shim's own log writer; `thread`: per-thread state; `once`: a fork-safe
 //!   once-cell.
 //!
@@ -37,6 +42,7 @@
 //! integration tests and dependents when it has an rlib as well; the rlib exposes nothing.
 
 mod alloc;
+mod allocations;
 mod attach;
 mod binding;
 mod cancel;
@@ -44,11 +50,15 @@ mod copies;
 mod devices;
 mod dlsym;
 mod exports;
+mod fault;
 mod front;
 mod handout;
 mod intercept;
+mod launches;
 mod log;
+mod observed;
 mod once;
+mod queues;
 mod report;
 mod state;
 mod stats;
