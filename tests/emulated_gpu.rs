@@ -522,3 +522,57 @@ fn the_script_arms_a_fault_at_an_address_from_the_start() {
         assert!(out.stdout.is_empty(), "{bad}");
     }
 }
+
+/// Issue 30: a command that starts its program with LD_PRELOAD set rather than appended to
+/// runs that program without the emulated GPU ("no device"); the script says so after the
+/// command, in one line, and only then. A static program never loads it at all.
+#[test]
+fn the_script_says_when_the_command_never_used_the_emulator() {
+    let Some((lib, _)) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let script = |args: &[&std::ffi::OsStr]| {
+        let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+        cmd.arg("--log")
+            .arg(dir.path().join("l.jsonl"))
+            .arg("--")
+            .args(args)
+            .env("EMUGPU_LIB", &lib)
+            .env_remove("LD_PRELOAD")
+            .env_remove("EMUGPU_FAULT");
+        output_within(&mut cmd, Duration::from_secs(120)).unwrap()
+    };
+    let probe = emu_probe(5);
+    let said = "opened the emulated GPU";
+    // Appended to (the script's own way): the device is there, nothing is said.
+    let out = script(&[probe.as_os_str(), "init".as_ref(), "count".as_ref()]);
+    assert!(text(&out.stdout).contains("count rc=0 count=1"));
+    assert!(!text(&out.stderr).contains(said), "{}", text(&out.stderr));
+    // Replaced by `env LD_PRELOAD=`: no device, and the script names the process that had
+    // the emulator and what happened.
+    let out = script(&[
+        "env".as_ref(),
+        "LD_PRELOAD=".as_ref(),
+        probe.as_os_str(),
+        "init".as_ref(),
+        "count".as_ref(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(text(&out.stdout).contains("count rc=100 count=0"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains(
+            "emulated-gpu: no process of env opened the emulated GPU (loaded in: env); \
+             a program started with LD_PRELOAD replaced, not appended to, runs without it\n"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches(said).count(), 1, "{stderr}");
+    // A static program (ldconfig) never loads it.
+    let out = script(&["/sbin/ldconfig".as_ref(), "--version".as_ref()]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("emulated-gpu: /sbin/ldconfig never loaded the emulated GPU"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -220,6 +220,32 @@ static void load_fixture(void)
 		die("fixture %s has no GPU node", S.fixture);
 }
 
+/* EMUGPU_LOADED (scripts/emulated-gpu sets it) names a file where every process the
+ * emulator is loaded in writes "PID NAME", and "PID /dev/kfd" when it opens the emulated
+ * /dev/kfd: after the command the script says when none did (a program that replaced
+ * LD_PRELOAD instead of appending to it runs without the emulator). */
+static void loaded(const char *what)
+{
+	const char *file = getenv("EMUGPU_LOADED");
+	char line[300];
+	if (!file || !*file)
+		return;
+	in_emu++;
+	int fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		int n = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), what);
+		ssize_t w = write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+		(void)w;
+		close(fd);
+	}
+	in_emu--;
+}
+
+__attribute__((constructor)) static void at_load(void)
+{
+	loaded(program_invocation_short_name);
+}
+
 static void init(void)
 {
 	if (S.inited || in_emu)
@@ -320,6 +346,8 @@ static int open_dev(int which, int gpu, int flags)
 	S.kind[fd] = which == 1 ? FD_KFD : FD_DRM;
 	S.fd_gpu[fd] = gpu;
 	pthread_mutex_unlock(&S.lock);
+	if (which == 1)
+		loaded("/dev/kfd");
 	return fd;
 }
 
