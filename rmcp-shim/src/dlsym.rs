@@ -52,9 +52,24 @@ pub(crate) extern "C" fn lookup(
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let Some(hook) = Hook::from_name(name) else {
         if let Some(o) = rmcp_core::registry::Observed::from_name(name) {
-            // An observed function: the answer without the shim, never substituted.
+            // An observed function: the answer without the shim; the front's export when
+            // that is the function the global scope binds after the shim (what a caller
+            // linked against the runtime reaches through the export), so that its launches
+            // are recorded as a linked caller's are. Any other answer is left as it is.
             let own = front::observed_export(o);
-            return catch_unwind(|| without_shim(handle, symbol, own, ret)).unwrap_or_else(|_| {
+            return catch_unwind(|| {
+                let found = without_shim(handle, symbol, own, ret);
+                if own != 0
+                    && !found.is_null()
+                    && found == front::next(symbol)
+                    && binding::is_runtime_function(found as usize)
+                {
+                    own as *mut c_void
+                } else {
+                    found
+                }
+            })
+            .unwrap_or_else(|_| {
                 // SAFETY: as below.
                 unsafe { next()(handle, symbol) }
             });
