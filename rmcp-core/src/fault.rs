@@ -274,11 +274,12 @@ pub fn render(f: &Fault) -> Vec<String> {
         .map_or_else(|| "of unknown node".to_string(), |n| format!("node-{n}"));
     match f.what {
         What::VmFault { reasons: mask } => {
-            let at = f
-                .address
-                .map_or_else(|| "an unknown address".to_string(), |a| format!("{a:#x}"));
+            let at = match f.address {
+                Some(0) | None => "an address the GPU did not report".to_string(),
+                Some(a) => format!("address {a:#x}"),
+            };
             out.push(format!(
-                "GPU memory fault on GPU {node} at address {at}; the runtime's own message \
+                "GPU memory fault on GPU {node} at {at}; the runtime's own message \
                  follows and the process stops as it would without rmcp"
             ));
             for r in reasons(mask) {
@@ -321,8 +322,8 @@ pub fn render(f: &Fault) -> Vec<String> {
     // Where the address lies.
     match &f.place {
         Place::NoAddress => out.push(
-            "  address: the runtime reports none for a queue error; the kernels below were in \
-             flight"
+            "  address: none reported (a queue error, or an imprecise fault); the kernels below \
+             were in flight"
                 .into(),
         ),
         Place::NotAsked => {
@@ -602,7 +603,7 @@ mod tests {
                     "likely cause: HSA_OVERRIDE_GFX_VERSION=10.3.0 makes this gfx1010 run gfx1030 code (RDNA2 code on RDNA1 silicon",
                     "    unset HSA_OVERRIDE_GFX_VERSION",
                     "torch[device-gfx1010]",
-                    "reports none for a queue error",
+                    "address: none reported",
                 ],
                 &["GPU memory fault"],
             ),

@@ -294,7 +294,7 @@ fn gather(
         pcie_atomics: gpu_node.map(|g| g.pcie_atomics()),
     };
     let place = match address {
-        None => Place::NoAddress,
+        None | Some(0) => Place::NoAddress,
         Some(a) => place_of(a, rocr),
     };
     let kernels = crate::launches::last(8)
