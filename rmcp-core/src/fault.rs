@@ -279,8 +279,8 @@ pub fn render(f: &Fault) -> Vec<String> {
                 Some(a) => format!("address {a:#x}"),
             };
             out.push(format!(
-                "GPU memory fault on GPU {node} at {at}; the runtime's own message \
-                 follows and the process stops as it would without rmcp"
+                "GPU memory fault on GPU {node} at {at}; what rmcp knows of it \
+                 (the runtime's own report, if any, follows):"
             ));
             for r in reasons(mask) {
                 out.push(format!("  reason: {r}"));
@@ -289,8 +289,8 @@ pub fn render(f: &Fault) -> Vec<String> {
         What::QueueError { status } => {
             let (name, meaning) = queue_error(status);
             out.push(format!(
-                "GPU queue error on GPU {node}: {name}; the runtime's own message follows and \
-                 the process stops as it would without rmcp"
+                "GPU queue error on GPU {node}: {name}; what rmcp knows of it (the \
+                 runtime's own report follows):"
             ));
             out.push(format!("  meaning: {meaning}"));
         }
