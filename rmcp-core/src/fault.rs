@@ -220,7 +220,7 @@ pub fn queue_error(status: u32) -> (String, &'static str) {
 
 fn pointer_kind(kind: u32) -> &'static str {
     match kind {
-        pointer_type::HSA => "memory the runtime allocated (hipMalloc family)",
+        pointer_type::HSA => "memory the runtime allocated from an HSA pool",
         pointer_type::LOCKED => "host memory registered with the GPU (hipHostRegister)",
         pointer_type::GRAPHICS => "graphics interop memory",
         pointer_type::IPC => "memory imported from another process (IPC)",
