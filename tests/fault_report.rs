@@ -197,8 +197,132 @@ fn each_fault_is_explained_before_the_runtime_and_ends_the_same() {
         e.contains("RMCP_MODE=off: rmcp changed no allocation"),
         "{e}"
     );
+    // The stats report holds the fault, written before the runtime aborted.
+    let stats = dir.path().join("stats.json");
+    let stats_env = stats.to_str().unwrap();
+    run(
+        &lib,
+        dir.path(),
+        true,
+        &[("RMCP_STATS_FILE", stats_env)],
+        &steps,
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("the report")).unwrap();
+    let f = &report["faults"][0];
+    assert_eq!(f["kind"], "vm", "{report}");
+    assert_eq!(f["gpu"]["gfx"], "gfx1010", "{report}");
+    assert_eq!(f["address_in"]["made_by"]["call"], "hipMalloc", "{report}");
+    assert_eq!(f["kernels"][0]["name"], "k", "{report}");
+    assert_eq!(f["kernels"][0]["via"], "hipModuleLaunchKernel", "{report}");
+    assert!(
+        f["lines"][0].as_str().unwrap().contains("GPU memory fault"),
+        "{report}"
+    );
     let quiet = run(&lib, dir.path(), true, &[("RMCP_LOG", "off")], &steps);
     let e = text(&quiet.stderr);
     assert!(!e.contains("rmcp["), "{e}");
     assert_eq!(quiet.status.signal(), Some(libc::SIGABRT), "{e}");
+}
+
+/// A program with its own system event handler that returns HSA_STATUS_SUCCESS: ROCr then
+/// prints nothing and does not abort, and the program goes on. With rmcp loaded it keeps
+/// that behaviour: the same stdout and exit status, no runtime message (rmcp's own block is
+/// written, as rmcp's handler is called too).
+#[test]
+fn a_program_that_handles_the_fault_itself_keeps_its_behaviour() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("handles.hip");
+    std::fs::write(
+        &src,
+        r#"#include <hip/hip_runtime.h>
+#include <hsa/hsa_ext_amd.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <unistd.h>
+__global__ void fill(int *p) { p[0] = 1; }
+static hsa_status_t mine(const hsa_amd_event_t *e, void *) {
+    if (e->event_type == HSA_AMD_GPU_MEMORY_FAULT_EVENT) {
+        printf("handled the fault\n");
+        fflush(stdout);
+    }
+    return HSA_STATUS_SUCCESS;
+}
+int main() {
+    int *p = 0;
+    if (hipMalloc((void **)&p, 4096) != hipSuccess) return 3;
+    if (hsa_amd_register_system_event_handler(mine, 0) != HSA_STATUS_SUCCESS) return 4;
+    fill<<<1, 1>>>(p);
+    if (hipDeviceSynchronize() != hipSuccess) return 5;
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0) != 0) return 6;
+    fill<<<1, 1>>>(p);
+    sleep(2);
+    printf("went on\n");
+    fflush(stdout);
+    _exit(0);
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("handles");
+    let out = Command::new(&hipcc)
+        .arg("--offload-arch=gfx1010")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lhsa-runtime64")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    let go = |shim: bool| {
+        let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+        cmd.arg("--log")
+            .arg(dir.path().join("handles.jsonl"))
+            .arg("--")
+            .arg(&exe)
+            .env("EMUGPU_LIB", &lib)
+            .env_remove("LD_PRELOAD")
+            .env_remove("RMCP_LOG")
+            .env_remove("RMCP_MODE");
+        if shim {
+            cmd.env("LD_PRELOAD", rmcp_testkit::shim());
+        }
+        output_within(&mut cmd, Duration::from_secs(120)).expect("within its time")
+    };
+    let without = go(false);
+    let with = go(true);
+    let ctx = format!(
+        "--- without {:?}\n{}{}\n--- with {:?}\n{}{}",
+        without.status,
+        text(&without.stdout),
+        text(&without.stderr),
+        with.status,
+        text(&with.stdout),
+        text(&with.stderr)
+    );
+    assert_eq!(
+        text(&without.stdout),
+        "handled the fault\nwent on\n",
+        "{ctx}"
+    );
+    assert!(without.status.success(), "{ctx}");
+    assert_eq!(text(&with.stdout), text(&without.stdout), "{ctx}");
+    assert_eq!(with.status.code(), without.status.code(), "{ctx}");
+    for out in [&without, &with] {
+        assert!(
+            !text(&out.stderr).contains("Memory access fault by GPU"),
+            "the runtime reported a handled fault\n{ctx}"
+        );
+    }
+    assert!(
+        text(&with.stderr).contains("GPU memory fault on GPU node-1"),
+        "{ctx}"
+    );
 }
