@@ -693,6 +693,12 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> *mu
             return answer_null as *mut c_void;
         }
     }
+    if PASSIVE.get(hook).copied().unwrap_or(false) {
+        // A passive hook (hsa_queue_create) maps nothing for a lookup: a process may use
+        // ROCr without HIP. The next dlsym answers (on RTLD_DEFAULT, this object's export,
+        // which forwards as the loader would bind).
+        return find_next_dlsym() as *mut c_void;
+    }
     if body::attach() {
         if let Some(lookup) = body::lookup() {
             return lookup as *mut c_void;

@@ -35,3 +35,67 @@ fn a_launch_reaches_the_runtime_with_every_argument_unchanged() {
         assert_eq!(launch(true, mode), without, "RMCP_MODE={mode}");
     }
 }
+
+/// `hsa_queue_create` is exported by the front (to wrap HIP's queues' error callbacks), but
+/// a process that uses ROCr without HIP loads nothing for it: its calls and its lookups go
+/// where they went, and the body is never mapped.
+#[test]
+fn an_hsa_program_without_hip_loads_nothing_for_hsa_queue_create() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("hsa_only.c");
+    std::fs::write(
+        &src,
+        r#"#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <hsa/hsa.h>
+int main(void) {
+    hsa_agent_t agent = {0};
+    hsa_queue_t *q = NULL;
+    /* No hsa_init: the runtime answers HSA_STATUS_ERROR_NOT_INITIALIZED. */
+    hsa_status_t rc = hsa_queue_create(agent, 64, HSA_QUEUE_TYPE_MULTI, NULL, NULL, 0, 0, &q);
+    void *found = dlsym(RTLD_DEFAULT, "hsa_queue_create");
+    int same = found == (void *)&hsa_queue_create;
+    char line[512];
+    int body = 0;
+    FILE *maps = fopen("/proc/self/maps", "r");
+    while (maps && fgets(line, sizeof line, maps))
+        body |= strstr(line, "librmcp_shim_body") != NULL;
+    printf("rc=%#x found=%d same=%d body=%d\n", rc, found != NULL, same, body);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("hsa_only");
+    let out = Command::new("cc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .args(["-lhsa-runtime64", "-ldl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cc: {out:?}");
+    let go = |preload: bool| {
+        let mut cmd = Command::new(&exe);
+        cmd.env_remove("LD_PRELOAD").env_remove("RMCP_LOG");
+        if preload {
+            cmd.env("LD_PRELOAD", shim());
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let without = go(false);
+    assert_eq!(
+        without.0, "rc=0x100b found=1 same=1 body=0\n",
+        "{without:?}"
+    );
+    assert_eq!(go(true), without);
+}
