@@ -1,6 +1,7 @@
 //! The fault handler: when the GPU faults, say why, before the runtime's own message. It owns
 //! the registration of one ROCr system event handler per ROCr copy in the process ([`watch`],
-//! after the runtime is open: on a launch or a queue creation) and the report of a VM fault
+//! after the runtime is open: on a launch or a queue creation, never on an allocation's
+//! path) and the report of a VM fault
 //! (ROCr's `HSA_AMD_GPU_MEMORY_FAULT_EVENT`) or a queue error (`queues`' wrappers call
 //! [`queue_error`]). It reads, at fault time only: ROCr's answers about the agent and the
 //! address (`hsa_agent_get_info`, `hsa_amd_pointer_info`: safe on ROCr's event thread, no HIP

@@ -215,7 +215,7 @@ fn decide_and_call<const COPY: bool>(
         let coherent =
             rc == error::SUCCESS && decision == Decision::Unchanged && left_coherent(call, binding);
         after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
-        for_fault_report::<COPY>(call, decision, rc, fallback, binding);
+        for_fault_report::<COPY>(call, decision, rc, fallback);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
         }
@@ -225,20 +225,15 @@ fn decide_and_call<const COPY: bool>(
 }
 
 /// What the GPU fault report needs of a call (issue 28): a successful allocation in the
-/// allocation record, with what was asked and what was forwarded; and, the runtime being
-/// open now, its ROCr watched.
+/// allocation record, with what was asked and what was forwarded.
 #[inline(always)]
 fn for_fault_report<const COPY: bool>(
     call: Call,
     decision: Decision,
     rc: HipError,
     fallback: bool,
-    binding: &Binding,
 ) {
-    if rc != error::SUCCESS {
-        return;
-    }
-    if !call.out.is_null() {
+    if rc == error::SUCCESS && !call.out.is_null() {
         // SAFETY: the runtime accepted the call and wrote the allocation's address to the
         // caller's out-pointer.
         let base = unsafe { call.out.read() } as usize;
@@ -251,9 +246,6 @@ fn for_fault_report<const COPY: bool>(
             Caller::Copy(_) => 0,
         };
         crate::allocations::record(call.hook, base, call.size, caller, call.flags, forwarded);
-    }
-    if let Some(c) = binding.copy {
-        crate::fault::watch(c);
     }
 }
 
