@@ -87,6 +87,14 @@ macro_rules! observed_entries {
             }
         }
 
+        /// The address of `o` in `api` (one jump table, on the launch path).
+        #[inline(always)]
+        fn address(api: &rmcp_sys::HipApi, o: Observed) -> Option<usize> {
+            match o {
+                $( Observed::$variant => api.$name.map(|f| f as usize), )*
+            }
+        }
+
         /// This library's entry for `o`, which the front's export jumps to.
         pub(crate) fn entry(o: Observed) -> *const c_void {
             match o {
@@ -109,7 +117,7 @@ extern "C" fn not_found() -> i32 {
 fn target(o: Observed, ret: usize) -> Option<(usize, Option<&'static crate::binding::Binding>)> {
     let cfg = crate::state::config();
     let b = crate::binding::for_caller(ret, cfg).or_else(crate::handout::unplaced);
-    if let Some(f) = b.and_then(|b| b.api.observed_address(o.index())) {
+    if let Some(f) = b.and_then(|b| address(&b.api, o)) {
         return Some((f, b));
     }
     // No binding knows it (a function this runtime lacks, a caller nothing places): what

@@ -183,16 +183,6 @@ macro_rules! hip_api_with_queries {
             /// Writes `"%04x:%02x:%02x.%x"`; needs `len > 12`.
             hipDeviceGetPCIBusId(buf: *mut c_char, len: c_int, device: c_int);
         }
-
-        impl HipApi {
-            /// The address of the observed function at `index` (`observed_functions!` order),
-            /// if it resolved.
-            #[inline(always)]
-            pub fn observed_address(&self, index: usize) -> Option<usize> {
-                let all = [$( self.$oname.map(|f| f as usize) ),*];
-                all.get(index).copied().flatten()
-            }
-        }
     };
 }
 
