@@ -326,3 +326,67 @@ int main() {
         "{ctx}"
     );
 }
+
+/// The process's very first HIP call is the launch that faults: the handler is found at
+/// that launch (before the runtime is entered) and registered when the runtime creates its
+/// queue, so even that fault is explained, with the kernel's name from
+/// `__hipRegisterFunction`.
+#[test]
+fn a_fault_in_the_first_launch_is_explained() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("first.hip");
+    std::fs::write(
+        &src,
+        r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+__global__ void fill(int *p) { p[0] = 1; }
+int main() {
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0x10000) != 0) return 5;
+    fill<<<1, 1>>>((int *)0x10000);
+    hipDeviceSynchronize();
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("first");
+    let out = Command::new(&hipcc)
+        .arg("--offload-arch=gfx1010")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log")
+        .arg(dir.path().join("first.jsonl"))
+        .arg("--")
+        .arg(&exe)
+        .env("EMUGPU_LIB", &lib)
+        .env("LD_PRELOAD", rmcp_testkit::shim())
+        .env_remove("RMCP_LOG")
+        .env_remove("RMCP_MODE");
+    let out = output_within(&mut cmd, Duration::from_secs(120)).expect("within its time");
+    let e = text(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{e}");
+    let block = e.find("GPU memory fault on GPU node-1 at address 0x10000");
+    let runtime = e.find("Memory access fault by GPU node-1");
+    assert!(block.is_some() && block < runtime, "{e}");
+    assert!(
+        e.contains("address: in no allocation the runtime knows"),
+        "{e}"
+    );
+    assert!(
+        e.contains("_Z4fillPi in ") && e.contains("via hipLaunchKernel"),
+        "{e}"
+    );
+    assert!(e.contains("1 launch in all"), "{e}");
+}

@@ -388,13 +388,14 @@ pub fn render(f: &Fault) -> Vec<String> {
     } else {
         out.push(format!(
             "  kernels launched last{} (newest first; the faulting one is among those still \
-             in flight, not necessarily the newest; {} launches in all):",
+             in flight, not necessarily the newest; {} launch{} in all):",
             if f.several_gpus {
                 " in this process, on any of its GPUs"
             } else {
                 ""
             },
-            f.launches_total
+            f.launches_total,
+            if f.launches_total == 1 { "" } else { "es" }
         ));
         for k in &f.kernels {
             out.push(format!(

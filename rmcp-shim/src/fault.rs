@@ -92,18 +92,23 @@ const DONE: u8 = 2;
 const KNOWN: u8 = 3;
 
 /// Makes sure the ROCr behind runtime copy `c` has rmcp's handler: one load once it has.
+/// `loader`: whether the loader may be asked (dlopen, dlsym) to find the ROCr's functions.
+/// Not inside the runtime's own calls (a queue creation runs under ROCr's and HIP's locks,
+/// and another thread may hold the loader's lock while waiting for them): there only a ROCr
+/// found before (at a launch, before the runtime is entered) is registered with.
 #[inline(always)]
-pub(crate) fn watch(c: &Copy) {
+pub(crate) fn watch(c: &Copy, loader: bool) {
     if c.watched.load(Ordering::Relaxed) != DONE {
-        try_watch(c);
+        try_watch(c, loader);
     }
 }
 
 #[cold]
-fn try_watch(c: &Copy) {
+fn try_watch(c: &Copy, loader: bool) {
     let state = c.watched.load(Ordering::Acquire);
     if state == BUSY
         || state == DONE
+        || (state < KNOWN && !loader)
         || c.watched
             .compare_exchange(state, BUSY, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
@@ -164,21 +169,25 @@ fn find_rocr(c: &Copy) -> Option<usize> {
 /// Registers the handler with ROCr slot `k`: Some(true) done, Some(false) ROCr is not open
 /// yet, None it refused.
 fn register(r: &Rocr, k: usize) -> Option<bool> {
-    if r.registered.load(Ordering::Acquire) != 0 {
-        return Some(true);
+    match r
+        .registered
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+    {
+        Ok(_) => {}
+        // Registered (2), or another copy of the same ROCr is registering (1): ask again.
+        Err(2) => return Some(true),
+        Err(_) => return Some(false),
     }
     let f = r.register.load(Ordering::Acquire);
     // SAFETY: the address of hsa_amd_register_system_event_handler in this ROCr, of this
     // signature (hsa_ext_amd.h).
     let f = unsafe { std::mem::transmute::<usize, RegisterFn>(f) };
-    if r.registered.swap(1, Ordering::AcqRel) != 0 {
-        return Some(true);
-    }
     // SAFETY: a handler that lives as long as the process (this library is never unmapped)
     // and a slot index as its data.
     let rc = unsafe { f(on_event, k as *mut c_void) };
     match rc {
         HSA_STATUS_SUCCESS => {
+            r.registered.store(2, Ordering::Release);
             tracing::debug!("watching GPU faults (ROCr copy {k})");
             Some(true)
         }
@@ -187,6 +196,7 @@ fn register(r: &Rocr, k: usize) -> Option<bool> {
             Some(false)
         }
         rc => {
+            r.registered.store(0, Ordering::Release);
             tracing::debug!("ROCr refused the fault handler: {rc:#x}");
             None
         }

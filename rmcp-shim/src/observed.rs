@@ -176,10 +176,17 @@ fn record(o: Observed, saved: &mut Saved, binding: Option<&'static crate::bindin
         Observed::HsaQueueCreate => {
             // (agent, size, type, callback, data, ...): the agent is a one-word struct.
             saved.rcx = crate::queues::wrap(saved.rcx, saved.rdi as u64);
+            // The runtime is open when it creates a queue; it runs this under its own
+            // locks, so no loader call here (`fault::watch`).
+            if let Some(c) = binding.and_then(|b| b.copy) {
+                crate::fault::watch(c, false);
+            }
+            return;
         }
     }
-    // The runtime is open once it launches or creates a queue: its ROCr can be watched.
+    // A launch, before the runtime is entered: the ROCr behind it is found (and registered
+    // with once it is open).
     if let Some(c) = binding.and_then(|b| b.copy) {
-        crate::fault::watch(c);
+        crate::fault::watch(c, true);
     }
 }
