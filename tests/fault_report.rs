@@ -219,6 +219,20 @@ fn each_fault_is_explained_before_the_runtime_and_ends_the_same() {
         f["lines"][0].as_str().unwrap().contains("GPU memory fault"),
         "{report}"
     );
+    // RMCP_LOG_FILE takes the block instead of stderr.
+    let log = dir.path().join("rmcp.log");
+    let logged = run(
+        &lib,
+        dir.path(),
+        true,
+        &[("RMCP_LOG_FILE", log.to_str().unwrap())],
+        &steps,
+    );
+    let e = text(&logged.stderr);
+    assert!(!e.contains("rmcp["), "{e}");
+    assert!(e.contains("Memory access fault by GPU node-1"), "{e}");
+    let l = std::fs::read_to_string(&log).expect("the log file");
+    assert!(l.contains("error: GPU memory fault on GPU node-1"), "{l}");
     let quiet = run(&lib, dir.path(), true, &[("RMCP_LOG", "off")], &steps);
     let e = text(&quiet.stderr);
     assert!(!e.contains("rmcp["), "{e}");
