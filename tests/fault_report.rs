@@ -386,10 +386,20 @@ int main() {
         .arg(&exe)
         .env("EMUGPU_LIB", &lib)
         .env("LD_PRELOAD", rmcp_testkit::shim())
+        .env("RMCP_STATS_FILE", dir.path().join("stats.json"))
         .env_remove("RMCP_LOG")
         .env_remove("RMCP_MODE");
     let out = output_within(&mut cmd, Duration::from_secs(120)).expect("within its time");
     let e = text(&out.stderr);
+    // A process that made no allocation through the shim still gets its report.
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("stats.json")).expect("the report"),
+    )
+    .unwrap();
+    assert_eq!(
+        report["faults"][0]["kernels"][0]["name"], "_Z4fillPi",
+        "{report}"
+    );
     assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{e}");
     let block = e.find("GPU memory fault on GPU node-1 at address 0x10000");
     let runtime = e.find("Memory access fault by GPU node-1");

@@ -84,12 +84,6 @@ pub(crate) fn wrap(callback: usize, agent: u64) -> usize {
     *w as usize
 }
 
-/// Queues wrapped so far.
-#[allow(dead_code, reason = "for the tests")]
-pub(crate) fn wrapped_count() -> usize {
-    NEXT.load(Ordering::Relaxed).min(SLOTS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

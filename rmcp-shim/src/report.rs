@@ -347,7 +347,8 @@ pub(crate) fn fault_seen(facts: serde_json::Value) {
     if let Ok(mut all) = FAULTS.lock() {
         all.push(facts);
     }
-    if global_if_built().is_some_and(|g| g.config.stats_file.is_some()) {
+    // The shared state is built if no allocation built it (a process that only launched).
+    if crate::state::global().config.stats_file.is_some() {
         write_report();
     }
 }
