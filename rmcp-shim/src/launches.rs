@@ -2,7 +2,7 @@
 //! fixed tables, all lock-free, and reads nothing of the shim's other state:
 //! - the ring: the last [`RING`] launches (the kernel's stub or `hipFunction_t`, the caller's
 //!   return address, the launch function, the launching thread). A launch costs one
-//!   `fetch_add` and five stores: no lock, no heap, no system call. The oldest is overwritten;
+//!   `fetch_add` and six stores: no lock, no heap, no system call. The oldest is overwritten;
 //!   [`total`] says how many there were;
 //! - the stubs' names: `__hipRegisterFunction` gives each kernel's host stub with its device
 //!   name when a fat binary loads ([`STUBS`] of them; past that a stub's name is not kept,
