@@ -300,16 +300,20 @@ pub(crate) fn describe(l: &Launch) -> rmcp_core::fault::Kernel {
     let library_of = |addr: usize| rmcp_sys::locate::object_of(addr).map(|(_, p)| p);
     let (name, library) = match l.kernel {
         Kernel::Stub(stub) => {
-            let library = library_of(stub);
-            // Read the name only while the stub's object is mapped: the name is in it.
-            let name = library
-                .as_ref()
-                .and(stub_name_pointer(stub))
-                // SAFETY: the pointer __hipRegisterFunction was handed for this stub, into
-                // the fat binary's data of the object that holds the stub, which is mapped
-                // (dladdr found it); read up to NAME_MAX bytes or a NUL.
+            let object = rmcp_sys::locate::object_of(stub);
+            // Read the name only while it lies in a loaded segment of the object that holds
+            // the stub (dladdr answers only for addresses inside a PT_LOAD segment): an
+            // object unloaded since, or another mapped in its place, is not read.
+            let name = stub_name_pointer(stub)
+                .filter(|p| {
+                    let here = rmcp_sys::locate::object_of(*p).map(|(base, _)| base);
+                    here.is_some() && here == object.as_ref().map(|(base, _)| *base)
+                })
+                // SAFETY: the pointer __hipRegisterFunction was handed for this stub: a
+                // NUL-terminated string in the fat binary's data of the object that holds the
+                // stub, mapped (checked above); read up to NAME_MAX bytes or a NUL.
                 .map(|p| unsafe { bounded_c_string(p as *const u8) });
-            (name, library)
+            (name, object.map(|(_, path)| path))
         }
         Kernel::Function(f) => (function_name(f), library_of(l.caller)),
     };
