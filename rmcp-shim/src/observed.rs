@@ -95,6 +95,22 @@ macro_rules! observed_entries {
             }
         }
 
+        /// `o`'s name, NUL-terminated (no allocation on the call's path).
+        fn c_name(o: Observed) -> &'static std::ffi::CStr {
+            match o {
+                $( Observed::$variant => {
+                    // The literal ends in exactly one NUL and has no other.
+                    const NAME: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
+                        concat!(stringify!($name), "\0").as_bytes(),
+                    ) {
+                        Ok(n) => n,
+                        Err(_) => panic!("a row's name"),
+                    };
+                    NAME
+                } )*
+            }
+        }
+
         /// This library's entry for `o`, which the front's export jumps to.
         pub(crate) fn entry(o: Observed) -> *const c_void {
             match o {
@@ -122,8 +138,7 @@ fn target(o: Observed, ret: usize) -> Option<(usize, Option<&'static crate::bind
     }
     // No binding knows it (a function this runtime lacks, a caller nothing places): what
     // follows the shim in the global scope.
-    let name = std::ffi::CString::new(o.name()).ok()?;
-    let p = crate::front::next(name.as_ptr()) as usize;
+    let p = crate::front::next(c_name(o).as_ptr()) as usize;
     (p != 0).then_some((p, b))
 }
 
