@@ -11,7 +11,8 @@
  * Every call asks for 0 bytes: the fake runtime then answers without allocating or
  * calling the kernel, so what is timed is the call path (the shim's, if preloaded).
  *
- * Modes (FUNC: hipHostMalloc, hipExtMallocWithFlags or hipMalloc; FLAGS: C integer):
+ * Modes (FUNC: hipHostMalloc, hipExtMallocWithFlags, hipMalloc or hipLaunchKernel (a launch
+ * the fake runtime answers at once); FLAGS: C integer):
  *   loop FUNC FLAGS THREADS BATCH NBATCH
  *       One call on the main thread first (the shim builds its state there). Then
  *       THREADS threads start together (barrier) and each times NBATCH batches of BATCH
@@ -21,6 +22,9 @@
  *       Times the process's first call of FUNC (the shim's first hooked call builds its
  *       state) and the second. Prints "first_ns=<n> second_ns=<n> first_minflt=<n>" (minor
  *       page faults taken during the first call: code and data touched for the first time).
+ *   launch
+ *       One hipLaunchKernel with distinct values in every argument (registers and stack);
+ *       prints "rc=<n>": the fake runtime's digest of the arguments it received.
  *   rss none|call
  *       Makes no call, or one hipHostMalloc call; prints "VmRSS=<kB> RssAnon=<kB>
  *       RssFile=<kB>" from /proc/self/status.
@@ -37,8 +41,17 @@ typedef int hipError_t;
 hipError_t hipHostMalloc(void **p, size_t n, unsigned flags);
 hipError_t hipExtMallocWithFlags(void **p, size_t n, unsigned flags);
 hipError_t hipMalloc(void **p, size_t n);
+typedef struct { unsigned x, y, z; } dim3;
+hipError_t hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shared,
+                           void *stream);
 
-enum func { F_HOST_MALLOC, F_EXT_MALLOC, F_MALLOC };
+enum func { F_HOST_MALLOC, F_EXT_MALLOC, F_MALLOC, F_LAUNCH };
+
+/* The "kernel" launched: its stub's address is all a launch passes on. */
+static void stub(void) {}
+static const dim3 one = {1, 1, 1};
+/* Stream (void *)1: the fake runtime answers 0 at once (see fake_hip.c). */
+#define LAUNCH() hipLaunchKernel((const void *)stub, one, one, NULL, 0, (void *)1)
 
 static enum func g_func;
 static unsigned g_flags;
@@ -61,6 +74,8 @@ static int parse_func(const char *s, enum func *out)
         *out = F_EXT_MALLOC;
     else if (strcmp(s, "hipMalloc") == 0)
         *out = F_MALLOC;
+    else if (strcmp(s, "hipLaunchKernel") == 0)
+        *out = F_LAUNCH;
     else
         return -1;
     return 0;
@@ -73,6 +88,7 @@ static int call_once(enum func f, unsigned flags)
     case F_HOST_MALLOC: return hipHostMalloc(&p, 0, flags);
     case F_EXT_MALLOC: return hipExtMallocWithFlags(&p, 0, flags);
     case F_MALLOC: return hipMalloc(&p, 0);
+    case F_LAUNCH: return LAUNCH();
     }
     return -1;
 }
@@ -95,6 +111,10 @@ static long run_batch(enum func f, unsigned flags, long n)
     case F_MALLOC:
         for (long i = 0; i < n; i++)
             failed += hipMalloc(&p, 0) != 0;
+        break;
+    case F_LAUNCH:
+        for (long i = 0; i < n; i++)
+            failed += LAUNCH() != 0;
         break;
     }
     return failed;
@@ -184,6 +204,16 @@ static int mode_first(int argc, char **argv)
     return rc1 != 0 || rc2 != 0;
 }
 
+static int mode_launch(void)
+{
+    dim3 grid = {3, 5, 7}, block = {11, 13, 17};
+    /* Fixed values, not addresses (which differ from process to process): the fake
+     * runtime only digests them. */
+    printf("rc=%d\n", hipLaunchKernel((const void *)0x1234, grid, block, (void **)0x5678, 19,
+                                       (void *)23));
+    return 0;
+}
+
 static long status_kb(const char *text, const char *key)
 {
     const char *p = strstr(text, key);
@@ -222,6 +252,8 @@ __attribute__((visibility("default"))) int rmcp_bench_main(int argc, char **argv
         rc = mode_loop(argc, argv);
     else if (argc >= 2 && strcmp(argv[1], "first") == 0)
         rc = mode_first(argc, argv);
+    else if (argc == 2 && strcmp(argv[1], "launch") == 0)
+        rc = mode_launch();
     else if (argc >= 2 && strcmp(argv[1], "rss") == 0)
         rc = mode_rss(argc, argv);
     if (rc == 2)

@@ -38,6 +38,7 @@ echo "|---|---|---|---|"
 per_call "hipHostMalloc(0), rewritten (auto, rdna1)" rdna1 auto hipHostMalloc 0
 per_call "hipExtMallocWithFlags(Finegrained), rewritten (auto, rdna1)" rdna1 auto hipExtMallocWithFlags 1
 per_call "hipMalloc, counted only (auto, rdna1)" rdna1 auto hipMalloc 0
+per_call "hipLaunchKernel, recorded in the launch ring (auto, rdna1)" rdna1 auto hipLaunchKernel 0
 per_call "hipHostMalloc(0), mode off" rdna1 off hipHostMalloc 0
 echo
 echo "| first hooked call (instructions, whole process) | without shim | with shim | added |"

@@ -230,6 +230,12 @@ fn per_call(table: &mut Table, shim: &Path) {
             FINEGRAINED,
         ),
         (
+            "auto rdna1, hipLaunchKernel recorded in the launch ring (issue 28)",
+            rdna1.clone(),
+            "hipLaunchKernel",
+            "0",
+        ),
+        (
             "auto rdna1, hipHostMalloc(0) from an RMCP_EXEMPT caller: unchanged",
             rdna1.clone().with("RMCP_EXEMPT", "librmcp_bench"),
             "hipHostMalloc",

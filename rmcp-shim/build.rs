@@ -76,11 +76,11 @@ fn main() {
 
     // The exports.
     let mut script = String::from("{\n  global:\n");
-    for (_, name) in rmcp_core::registry::HOOKS.iter() {
+    for name in rmcp_core::registry::exported_names() {
         let _ = writeln!(script, "    {name};");
     }
     script.push_str(
-        "    dlsym;\n    dlopen;\n    dlclose;\n    rmcp_shim_stats;\n    rmcp_front_next;\n  local: *;\n};\n",
+        "    dlopen;\n    dlclose;\n    rmcp_shim_stats;\n    rmcp_front_next;\n  local: *;\n};\n",
     );
     let map = out.join("front.map");
     std::fs::write(&map, script).expect("write the front's version script");

@@ -10,12 +10,14 @@
 //! - [`remedy`]: HSA_OVERRIDE_GFX_VERSION, which override makes which card run another
 //!   family's code, and the advice for a card, an override and a build;
 //! - [`config`]: the RMCP_* variables, from one declarative table;
+//! - [`fault`]: what the shim says when the GPU faults (the facts and the words);
 //! - [`code_objects`]: which GPU targets a HIP library carries code for (ELF sections,
 //!   offload bundles, target IDs), read from bytes a caller supplies.
 
 pub mod classify;
 pub mod code_objects;
 pub mod config;
+pub mod fault;
 pub mod gfx;
 pub mod policy;
 pub mod registry;

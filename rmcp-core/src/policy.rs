@@ -181,6 +181,8 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         | Hook::HipGetProcAddress
         | Hook::HipGetDriverEntryPoint
         | Hook::HipGetDriverEntryPointSpt
+        // Not an allocation: counted, and its name kept for the fault report.
+        | Hook::HipModuleGetFunction
         // Counted (host locations too: `host_location`), never changed.
         | Hook::HipMemCreate => None,
     };

@@ -20,7 +20,8 @@ macro_rules! registry {
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
-        $(, host location in $prop:ident)? ;
+        $(, host location in $prop:ident)?
+        $(, names $nfn:ident from $kname:ident)? ;
     )*) => {
         /// A hooked HIP entry point. The discriminant indexes per-hook tables (stats,
         /// warnings).
@@ -52,6 +53,47 @@ macro_rules! registry {
 
 rmcp_sys::hooked_functions!(registry);
 
+macro_rules! observed_registry {
+    ($( $(#[$doc:meta])* $name:ident = $variant:ident, $($word:ident)+ ; )*) => {
+        /// An observed entry point (`rmcp_sys::observed_functions!`): forwarded untouched,
+        /// with one fact recorded on the way. The discriminant indexes per-row tables.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Observed {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        /// Every observed entry point with its exported C name, in `Observed` order.
+        pub const OBSERVED: [(Observed, &str); Observed::COUNT] = [
+            $( (Observed::$variant, stringify!($name)), )*
+        ];
+
+        impl Observed {
+            pub const COUNT: usize = [$(stringify!($name)),*].len();
+        }
+    };
+}
+
+rmcp_sys::observed_functions!(observed_registry);
+
+impl Observed {
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    pub const fn name(self) -> &'static str {
+        OBSERVED[self as usize].1
+    }
+
+    /// The observed entry point exported under `name`.
+    pub fn from_name(name: &[u8]) -> Option<Observed> {
+        OBSERVED
+            .iter()
+            .find(|(_, n)| n.as_bytes() == name)
+            .map(|(o, _)| *o)
+    }
+}
+
 /// Exported functions that are not HIP entry points: the lookup `dlsym`, so that callers
 /// which look HIP up on a handle get the hooks too.
 pub const LOOKUP_EXPORTS: [&str; 1] = ["dlsym"];
@@ -74,9 +116,14 @@ impl Hook {
     }
 }
 
-/// Every name the shim's library exports, hooks first: what its version script lists.
+/// Every name the shim's library exports, hooks first, then the observed entry points and
+/// `dlsym`: what its version script lists.
 pub fn exported_names() -> impl Iterator<Item = &'static str> {
-    HOOKS.iter().map(|(_, n)| *n).chain(LOOKUP_EXPORTS)
+    HOOKS
+        .iter()
+        .map(|(_, n)| *n)
+        .chain(OBSERVED.iter().map(|(_, n)| *n))
+        .chain(LOOKUP_EXPORTS)
 }
 
 #[cfg(test)]
@@ -93,7 +140,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Hook::COUNT);
-        assert_eq!(Hook::COUNT, 14);
+        assert_eq!(Hook::COUNT, 15);
     }
 
     #[test]
@@ -104,6 +151,16 @@ mod tests {
                 "{name} is hooked but rmcp-sys cannot resolve it in the runtime"
             );
         }
+    }
+
+    #[test]
+    fn observed_names_are_unique_and_apart_from_the_hooks() {
+        for (i, (o, name)) in OBSERVED.iter().enumerate() {
+            assert_eq!(o.index(), i, "{name}");
+            assert_eq!(Observed::from_name(name.as_bytes()), Some(*o));
+            assert_eq!(Hook::from_name(name.as_bytes()), None, "{name}");
+        }
+        assert_eq!(Observed::from_name(b"hipMalloc"), None);
     }
 
     #[test]
@@ -133,7 +190,7 @@ mod tests {
     #[test]
     fn exported_names_are_hooks_then_dlsym() {
         let all: Vec<_> = exported_names().collect();
-        assert_eq!(all.len(), Hook::COUNT + 1);
+        assert_eq!(all.len(), Hook::COUNT + Observed::COUNT + 1);
         assert_eq!(all.last(), Some(&"dlsym"));
     }
 }

@@ -99,6 +99,23 @@ pub fn pytorch_org_has(g: Gfx) -> bool {
     PYTORCH_ORG_TARGETS.iter().any(|t| Gfx::parse(t) == Some(g))
 }
 
+/// What replaces the PyTorch of the environment the commands run in (a venv, activated)
+/// with TheRock's multi-arch build for one target, as the doctor and the shim's fault report
+/// give it: first the installed torch and the packages built against it go, then TheRock's
+/// torch, torchvision and torchaudio come from its index. A plain `pip install
+/// "torch[device-gfxNNNN]"` over an installed pytorch.org torch changes nothing: pip finds
+/// `torch` already satisfied and only warns that it "does not provide the extra"
+/// (docs/cli.md, "Replacing PyTorch"; tests/remedy_pip.rs shows both with real pip).
+pub fn therock_commands(target: Gfx) -> [String; 2] {
+    [
+        "pip uninstall -y torch torchvision torchaudio".to_string(),
+        format!(
+            "pip install --index-url {THEROCK_INDEX} \"torch[device-{target}]\" \
+             \"torchvision[device-{target}]\" torchaudio"
+        ),
+    ]
+}
+
 /// A parsed HSA_OVERRIDE_GFX_VERSION value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OverrideValue {

@@ -16,7 +16,7 @@ use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Bumped whenever `Front` or `Body` changes.
-pub const ABI: u32 = 6;
+pub const ABI: u32 = 7;
 
 /// glibc's `dlsym`, or a wrapper with its signature.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;

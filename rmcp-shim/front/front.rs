@@ -71,25 +71,58 @@ include!("../../rmcp-sys/src/hooks.rs");
 /// hipErrorSharedObjectSymbolNotFound.
 const ERROR_SYMBOL_NOT_FOUND: i32 = 302;
 
-/// The hooks, their count, their names and the exports' assembly, from the table's rows.
+/// Whether an observed row's words end in `passive` (`observed_functions!`).
+macro_rules! passive {
+    (passive) => {
+        true
+    };
+    ($first:ident $($rest:ident)*) => {
+        passive!($($rest)*)
+    };
+    () => {
+        false
+    };
+}
+
+/// The hooked rows, handed on to `observed_functions!` with the observed ones.
+macro_rules! front_rows {
+    ($($rows:tt)*) => {
+        observed_functions!(front_hooks [$($rows)*]);
+    };
+}
+
+/// The hooks, their count, their names and the exports' assembly, from the table's rows:
+/// the hooked functions first, then the observed ones (the body's `Hook` order, then its
+/// `Observed` order).
 macro_rules! front_hooks {
-    ($(
-        $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
+    ([$(
+        $(#[$doc:meta])* $hname:ident = $hvariant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
-        $(, host location in $prop:ident)? ;
-    )*) => {
-        /// The hooks in the table's order (the body's `Hook` order).
+        $(, host location in $prop:ident)?
+        $(, names $nfn:ident from $kname:ident)? ;
+    )*]
+    $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
+        front_hooks! { @all
+            $( $hname = $hvariant, hook; )*
+            $( $oname = $ovariant, $($word)+; )*
+        }
+    };
+    (@all $( $name:ident = $variant:ident, $($word:ident)+ ; )*) => {
+        /// The hooks in the table's order (the body's `Hook` order, then `Observed`).
         #[derive(Clone, Copy)]
         #[repr(u32)]
         #[allow(clippy::enum_variant_names)]
         enum Hook { $( $variant, )* }
 
-        /// How many hooks there are.
+        /// How many hooks there are, observed ones included.
         const HOOKS: usize = [$( Hook::$variant ),*].len();
 
         /// Each hook's name, NUL-terminated.
         static NAMES: [&[u8]; HOOKS] = [$( concat!(stringify!($name), "\0").as_bytes() ),*];
+
+        /// Whether a hook maps the body only for a call from a HIP runtime.
+        static PASSIVE: [bool; HOOKS] = [$( passive!($($word)+) ),*];
 
         // Each export: one indirect jump through its slot of ENTRIES. Each stub: the hook's
         // index in eax (no hook is variadic, so al carries nothing), then the common path.
@@ -163,7 +196,7 @@ macro_rules! front_hooks {
     };
 }
 
-hooked_functions!(front_hooks);
+hooked_functions!(front_rows);
 
 unsafe extern "C" {
     #[link_name = "rmcp_front_own_dlsym"]
@@ -203,8 +236,8 @@ core::arch::global_asm!(
     resolve = sym resolve,
 );
 
-// dlsym. The fast way out is for names that do not start "hip" and for RTLD_NEXT
-// ((void *)-1): a jump to the next dlsym, so that it (and an audit module) sees the original
+// dlsym. The fast way out is for names that do not start "hip", "__hip" or "hsa_" (the
+// hooked and observed names start so) and for RTLD_NEXT ((void *)-1): a jump to the next dlsym, so that it (and an audit module) sees the original
 // caller. A "hip" name asks `route(handle, name, return address)`, which gives the function
 // to go on to with (handle, name, return address).
 core::arch::global_asm!(
@@ -217,12 +250,17 @@ core::arch::global_asm!(
     "jz .Lrmcp_dlsym_next",
     "cmp rdi, -1",
     "je .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi], 0x5f", // _: "__hip"
+    "je .Lrmcp_dlsym_under",
     "cmp byte ptr [rsi], 0x68", // h
     "jne .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi + 1], 0x73", // s: "hsa_"
+    "je .Lrmcp_dlsym_hsa",
     "cmp byte ptr [rsi + 1], 0x69", // i
     "jne .Lrmcp_dlsym_next",
     "cmp byte ptr [rsi + 2], 0x70", // p
     "jne .Lrmcp_dlsym_next",
+    ".Lrmcp_dlsym_route:",
     "push rdi",
     "push rsi",
     "sub rsp, 8",
@@ -233,6 +271,22 @@ core::arch::global_asm!(
     "pop rdi",
     "mov rdx, qword ptr [rsp]",
     "jmp rax",
+    ".Lrmcp_dlsym_under:",
+    "cmp byte ptr [rsi + 1], 0x5f", // _
+    "jne .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi + 2], 0x68", // h
+    "jne .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi + 3], 0x69", // i
+    "jne .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi + 4], 0x70", // p
+    "jne .Lrmcp_dlsym_next",
+    "jmp .Lrmcp_dlsym_route",
+    ".Lrmcp_dlsym_hsa:",
+    "cmp byte ptr [rsi + 2], 0x61", // a
+    "jne .Lrmcp_dlsym_next",
+    "cmp byte ptr [rsi + 3], 0x5f", // _
+    "jne .Lrmcp_dlsym_next",
+    "jmp .Lrmcp_dlsym_route",
     ".Lrmcp_dlsym_next:",
     "mov rax, qword ptr [rip + {front} + {next_dlsym}]",
     "test rax, rax",
@@ -542,6 +596,26 @@ fn in_callers_tree(ret: usize, name: *const c_char, own: *const c_void) -> *mut 
     }
 }
 
+/// Whether the object holding `ret` is a HIP runtime (its file name starts "libamdhip64"):
+/// a passive hook maps the body only for such a caller.
+fn called_from_hip(ret: usize) -> bool {
+    let Some(loader) = sys::loader() else {
+        return false;
+    };
+    let mut info = sys::DlInfo::EMPTY;
+    // SAFETY: dladdr reads the loader's tables and fills `info`; `ret` is only compared.
+    if unsafe { (loader.dladdr)(ret as *const c_void, &mut info) } == 0 {
+        return false;
+    }
+    // SAFETY: dli_fname is null or the loader's NUL-terminated name for the object.
+    let name = unsafe { sys::c_bytes(info.dli_fname) };
+    let file = match name.iter().rposition(|&b| b == b'/') {
+        Some(i) => name.get(i.wrapping_add(1)..).unwrap_or_default(),
+        None => name,
+    };
+    file.starts_with(b"libamdhip64")
+}
+
 extern "C" fn unavailable() -> i32 {
     ERROR_SYMBOL_NOT_FOUND
 }
@@ -557,6 +631,7 @@ extern "C" fn resolve(hook: u32, ret: usize) -> *mut c_void {
         return unavailable as *mut c_void;
     };
     let name = name.as_ptr().cast::<c_char>();
+    let passive = PASSIVE.get(hook as usize).copied().unwrap_or(false);
     if installs::standing_aside() {
         // The first install's export: the same for every caller, so kept.
         let p = installs::first(name);
@@ -564,7 +639,7 @@ extern "C" fn resolve(hook: u32, ret: usize) -> *mut c_void {
             slot.store(p, Ordering::Release);
             return p;
         }
-    } else if body::attach() {
+    } else if (!passive || body::attached() || called_from_hip(ret)) && body::attach() {
         return slot.load(Ordering::Acquire);
     }
     let p = unattached::function(hook as usize, ret, || {
@@ -624,6 +699,12 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> *mu
         if found.is_null() {
             return answer_null as *mut c_void;
         }
+    }
+    if PASSIVE.get(hook).copied().unwrap_or(false) {
+        // A passive hook (hsa_queue_create) maps nothing for a lookup: a process may use
+        // ROCr without HIP. The next dlsym answers (on RTLD_DEFAULT, this object's export,
+        // which forwards as the loader would bind).
+        return find_next_dlsym() as *mut c_void;
     }
     if body::attach() {
         if let Some(lookup) = body::lookup() {

@@ -8,7 +8,7 @@
 use std::ffi::c_int;
 use std::panic::catch_unwind;
 
-use rmcp_core::registry::{HOOKS, Hook};
+use rmcp_core::registry::{HOOKS, Hook, OBSERVED};
 
 use crate::front::{self, Body, Front, abi};
 
@@ -32,13 +32,16 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
         let out = Body {
             abi: abi::ABI,
             size: Body::SIZE,
-            hooks: Hook::COUNT as u32,
+            hooks: front::ENTRIES as u32,
             reserved: 0,
             lookup: crate::dlsym::lookup,
             stats: crate::exports::stats,
             before_fork,
             deepbind_seen,
-            entries: HOOKS.map(|(hook, _)| crate::entries::entry(hook)),
+            entries: std::array::from_fn(|i| match HOOKS.get(i) {
+                Some((hook, _)) => crate::entries::entry(*hook),
+                None => crate::observed::entry(OBSERVED[i - Hook::COUNT].0),
+            }),
         };
         // SAFETY: the caller's contract: `body` is writable and sized for a Body.
         unsafe { body.write(out) };
@@ -66,4 +69,4 @@ extern "C" fn deepbind_seen() {
 }
 
 // The front calls this through `abi::AttachFn`: the compiler checks that they agree.
-const _: abi::AttachFn<{ Hook::COUNT }> = rmcp_shim_attach;
+const _: abi::AttachFn<{ front::ENTRIES }> = rmcp_shim_attach;

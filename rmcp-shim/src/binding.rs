@@ -633,7 +633,11 @@ fn exempt(path: &str, patterns: &[String]) -> bool {
 
 /// The shim's own export for a name, so a lookup that finds it can skip it (0: not hooked).
 fn own_address_of(name: &CStr) -> usize {
-    Hook::from_name(name.to_bytes()).map_or(0, crate::front::export)
+    match Hook::from_name(name.to_bytes()) {
+        Some(h) => crate::front::export(h),
+        None => rmcp_core::registry::Observed::from_name(name.to_bytes())
+            .map_or(0, crate::front::observed_export),
+    }
 }
 
 /// `name` in the dependency tree of the object with this handle; never the shim's own.

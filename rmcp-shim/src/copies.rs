@@ -39,6 +39,8 @@ pub(crate) struct Copy {
     pub(crate) announced: AtomicBool,
     /// The generation of loaded objects it was last found in.
     generation: AtomicU64,
+    /// Whether its ROCr has the fault handler (`fault::watch`'s state; 0: not tried).
+    pub(crate) watched: std::sync::atomic::AtomicU8,
 }
 
 /// The devices of a copy and what they mean on a machine whose GPUs are partly affected.
@@ -143,6 +145,7 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
         devices: ForkOnce::new(),
         announced: AtomicBool::new(false),
         generation: AtomicU64::new(generation),
+        watched: std::sync::atomic::AtomicU8::new(0),
     }
 }
 

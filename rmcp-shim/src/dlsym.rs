@@ -51,6 +51,29 @@ pub(crate) extern "C" fn lookup(
     // is not null and names a hook).
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let Some(hook) = Hook::from_name(name) else {
+        if let Some(o) = rmcp_core::registry::Observed::from_name(name) {
+            // An observed function: the answer without the shim; the front's export when
+            // that is the function the global scope binds after the shim (what a caller
+            // linked against the runtime reaches through the export), so that its launches
+            // are recorded as a linked caller's are. Any other answer is left as it is.
+            let own = front::observed_export(o);
+            return catch_unwind(|| {
+                let found = without_shim(handle, symbol, own, ret);
+                if own != 0
+                    && !found.is_null()
+                    && found == front::next(symbol)
+                    && binding::is_runtime_function(found as usize)
+                {
+                    own as *mut c_void
+                } else {
+                    found
+                }
+            })
+            .unwrap_or_else(|_| {
+                // SAFETY: as below.
+                unsafe { next()(handle, symbol) }
+            });
+        }
         // SAFETY: the caller's own arguments, passed on unchanged.
         return unsafe { next()(handle, symbol) };
     };
@@ -64,7 +87,7 @@ pub(crate) extern "C" fn lookup(
 
 /// What the lookup answers: see the module documentation.
 fn answer(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usize) -> *mut c_void {
-    let found = without_shim(handle, symbol, hook, ret);
+    let found = without_shim(handle, symbol, front::export(hook), ret);
     if found.is_null() {
         return found;
     }
@@ -96,9 +119,10 @@ fn answer(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usize) ->
     })
 }
 
-/// The answer the lookup would get if the shim were not loaded.
-fn without_shim(handle: *mut c_void, symbol: *const c_char, hook: Hook, ret: usize) -> *mut c_void {
-    let own = front::export(hook) as *mut c_void;
+/// The answer the lookup would get if the shim were not loaded (`own`: the shim's export of
+/// the name).
+fn without_shim(handle: *mut c_void, symbol: *const c_char, own: usize, ret: usize) -> *mut c_void {
+    let own = own as *mut c_void;
     if handle == libc::RTLD_DEFAULT {
         // The first definition in the global scope, as the next dlsym finds it (a wrapper
         // after the shim sees the lookup); if that is the shim's, the next one after it; if

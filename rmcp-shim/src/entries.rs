@@ -41,7 +41,8 @@ macro_rules! labels {
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
-        $(, host location in $prop:ident)? ;
+        $(, host location in $prop:ident)?
+        $(, names $nfn:ident from $kname:ident)? ;
     )*) => {
         mod entries {
             unsafe extern "C" {

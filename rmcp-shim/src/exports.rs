@@ -82,7 +82,8 @@ macro_rules! exports {
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
-        $(, host location in $prop:ident)? ;
+        $(, host location in $prop:ident)?
+        $(, names $nfn:ident from $kname:ident)? ;
     )*) => {
         // Every argument of every hook travels in an integer register.
         const _: () = { $( $( integer_register::<$ty>(); )* )* };
@@ -158,6 +159,13 @@ macro_rules! exports {
                             // SAFETY: the runtime accepted the caller's call, so `$prop`
                             // points to the hipMemAllocationProp it read.
                             unsafe { count_host_location(Hook::$variant, $prop, Caller::of::<COPY>(ret)) }
+                        }));
+                    } )?
+                    $( if rc == error::SUCCESS {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            // SAFETY: the runtime accepted the call: `$nfn` points to the
+                            // function it wrote, `$kname` to the caller's NUL-terminated name.
+                            unsafe { crate::launches::name_module_function($nfn, $kname) }
                         }));
                     } )?
                     rc

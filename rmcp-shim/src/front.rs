@@ -22,7 +22,7 @@
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use rmcp_core::registry::Hook;
+use rmcp_core::registry::{Hook, Observed};
 
 /// The one definition of the two objects' ABI, which the front compiles too.
 #[path = "../front/abi.rs"]
@@ -30,10 +30,12 @@ pub(crate) mod abi;
 
 pub(crate) use abi::DlsymFn;
 
+/// How many exports the front jumps through its table: the hooks, then the observed ones.
+pub(crate) const ENTRIES: usize = Hook::COUNT + Observed::COUNT;
 /// The front's `abi::Front`, for this build's hooks.
-pub(crate) type Front = abi::Front<{ Hook::COUNT }>;
+pub(crate) type Front = abi::Front<ENTRIES>;
 /// What this library hands back.
-pub(crate) type Body = abi::Body<{ Hook::COUNT }>;
+pub(crate) type Body = abi::Body<ENTRIES>;
 
 /// The front, once attached (it lives as long as the process: it is the preloaded object,
 /// or one loaded RTLD_GLOBAL, and keeps this library mapped RTLD_NODELETE).
@@ -69,6 +71,11 @@ pub(crate) fn export(hook: Hook) -> usize {
         #[cfg(not(test))]
         None => 0,
     }
+}
+
+/// The front's export for an observed entry point; 0 without a front.
+pub(crate) fn observed_export(o: Observed) -> usize {
+    get().map_or(0, |f| f.exports[Hook::COUNT + o.index()].0 as usize)
 }
 
 /// glibc's dlsym, for the shim's own lookups on handles.

@@ -223,12 +223,37 @@ fn decide_and_call<const COPY: bool>(
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let coherent = rc == error::SUCCESS && coherent_if_served;
         after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
+        for_fault_report::<COPY>(call, decision, rc, fallback);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
         }
         crate::report::after_call(global, binding);
     }));
     rc
+}
+
+/// What the GPU fault report needs of a call (issue 28): a successful allocation in the
+/// allocation record, with what was asked and what was forwarded.
+#[inline(always)]
+fn for_fault_report<const COPY: bool>(
+    call: Call,
+    decision: Decision,
+    rc: HipError,
+    fallback: bool,
+) {
+    if rc == error::SUCCESS && !call.out.is_null() {
+        // SAFETY: the runtime accepted the call and wrote the allocation's address to the
+        // caller's out-pointer.
+        let base = unsafe { call.out.read() } as usize;
+        let forwarded = match decision {
+            Decision::Rewrite(fw) if !fallback => Some(fw),
+            _ => None,
+        };
+        let caller = match Caller::of::<COPY>(call.ret) {
+            Caller::At(ret) | Caller::Copy { ret, .. } => ret,
+        };
+        crate::allocations::record(call.hook, base, call.size, caller, call.flags, forwarded);
+    }
 }
 
 /// Whether the call, if the runtime serves it as asked, leaves memory coherent that no flag

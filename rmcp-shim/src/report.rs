@@ -54,6 +54,8 @@ pub(crate) struct Report {
     pub(crate) calls: BTreeMap<&'static str, Counts>,
     /// Loaded objects whose hooked imports are bound past the shim (RTLD_DEEPBIND).
     pub(crate) not_reached: Vec<NotReached>,
+    /// GPU faults this process had (`fault`), in order.
+    pub(crate) faults: Vec<serde_json::Value>,
 }
 
 /// A loaded object whose calls of hooked functions do not reach the shim.
@@ -83,6 +85,7 @@ impl Report {
             devices,
             calls: HOOKS.iter().map(|(h, name)| (*name, counts(*h))).collect(),
             not_reached: Vec::new(),
+            faults: FAULTS.lock().map(|f| f.clone()).unwrap_or_default(),
         }
     }
 
@@ -365,7 +368,7 @@ fn banner(g: &Global, c: &Copy) {
 /// HSA_OVERRIDE_GFX_VERSION[_<node>] as the process holds it now: read with getenv on
 /// the first hooked call, so that a value the program set itself before its first HIP
 /// call (as some setup helpers do) is the one seen.
-fn override_now(node: u32) -> Option<String> {
+pub(crate) fn override_now(node: u32) -> Option<String> {
     let read = |name: &CStr| -> Option<String> {
         // SAFETY: `name` is NUL-terminated; getenv returns null or a pointer into the
         // environment, copied out at once, before this thread could change it.
@@ -413,6 +416,26 @@ pub(crate) fn global() -> &'static Global {
 }
 
 static EXIT_HOOKS: AtomicBool = AtomicBool::new(false);
+
+// ---- GPU faults (issue 28) ------------------------------------------------------------------
+
+/// The faults seen so far, as the report's `faults` entries. Locked only when a fault is
+/// reported and when a report is made, never on a hooked call.
+static FAULTS: std::sync::Mutex<Vec<serde_json::Value>> = std::sync::Mutex::new(Vec::new());
+
+/// A GPU fault was explained (`fault`): its facts join the report, and the RMCP_STATS_FILE
+/// report is written now, since the process is about to be ended by the runtime and no exit
+/// handler will run.
+pub(crate) fn fault_seen(facts: serde_json::Value) {
+    if let Ok(mut all) = FAULTS.lock() {
+        all.push(facts);
+    }
+    // The shared state is built if no allocation built it (a process that only launched),
+    // without what a first call starts: the process is about to be ended by the runtime.
+    if state::global_with(|_| {}).config.stats_file.is_some() {
+        write_report();
+    }
+}
 
 /// At exit in a process that loaded a library with RTLD_DEEPBIND (the front calls this,
 /// through `front::deepbind_seen`, after every earlier exit handler of the body): the

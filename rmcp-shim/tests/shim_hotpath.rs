@@ -13,6 +13,7 @@ const STEPS: &[&str] = &[
     "hipMalloc",
     "hipMallocHost",
     "hipMemAllocHost",
+    "hipLaunchKernel",
 ];
 const N: usize = 2000;
 

@@ -6,7 +6,8 @@
 /// signature (hip_runtime_api.h), and which arguments carry the out-pointer, the size and
 /// the flags. `resolves SYMBOL into PFN` marks a function that hands out function pointers
 /// by name; `host location in PROP` one whose `hipMemAllocationProp` argument may ask for host
-/// memory (counted, never changed). Everything that lists hooks is generated from this table: `HipApi` here,
+/// memory (counted, never changed); `names FUNCTION from NAME` one that makes a
+/// `hipFunction_t` for a kernel name (kept for the fault report). Everything that lists hooks is generated from this table: `HipApi` here,
 /// `rmcp_core::registry::Hook`, the shim's exports and its linker version script.
 ///
 /// Invoke with the name of a local macro, which receives the rows.
@@ -62,12 +63,73 @@ macro_rules! hooked_functions {
                 (handle: *mut u64, size: usize, prop: *const ::core::ffi::c_void,
                  flags: ::core::ffi::c_ulonglong)
                 => out: ::core::ptr::null_mut(), size: size, flags: 0, host location in prop;
+            /// `hipModuleGetFunction(hipFunction_t *function, hipModule_t, const char *name)`:
+            /// unchanged; the name is kept for the function it made, to name its launches in
+            /// the GPU fault report.
+            hipModuleGetFunction = HipModuleGetFunction
+                (function: *mut *mut ::core::ffi::c_void, module: *mut ::core::ffi::c_void,
+                 kname: *const ::core::ffi::c_char)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, names function from kname;
             /// Since hip_7.1: what hipGetDriverEntryPoint becomes in code built with
             /// per-thread default streams (`amd_hip_runtime_pt_api.h`).
             hipGetDriverEntryPoint_spt = HipGetDriverEntryPointSpt
                 (symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void,
                  flags: ::core::ffi::c_ulonglong, status: *mut ::core::ffi::c_int)
                 => out: ::core::ptr::null_mut(), size: 0, flags: 0, resolves symbol into pfn;
+        }
+    };
+}
+
+/// The second part of the table: entry points rmcp observes and never changes. Each goes on,
+/// with every argument register and the stack exactly as the caller left them, to the
+/// function the caller would have reached; on the way the shim records one fact (a launch,
+/// a kernel's name, a queue's error callback). So a row needs no C signature: only its name,
+/// its `Observed` variant, and what it records, which the body's `observe` matches
+/// exhaustively. Rows take no floating-point argument (the body may use the vector registers
+/// while recording). `passive`: the front maps the body for this row's call only when the
+/// caller is a HIP runtime, so that a process using ROCr without HIP (OpenCL, rocminfo)
+/// loads nothing.
+///
+/// Invoke with the name of a local macro and any tokens to pass before the rows.
+#[macro_export]
+macro_rules! observed_functions {
+    ($callback:ident $($extra:tt)*) => {
+        $callback! { $($extra)*
+            /// `hipLaunchKernel(const void *stub, dim3, dim3, void **, size_t, hipStream_t)`:
+            /// what `<<<>>>` and hipLaunchKernelGGL lower to. Records the stub (rdi).
+            hipLaunchKernel = HipLaunchKernel, launch stub;
+            /// The per-thread-default-stream form (hip_5.2).
+            hipLaunchKernel_spt = HipLaunchKernelSpt, launch stub;
+            /// `hipLaunchCooperativeKernel(const void *stub, dim3, dim3, void **, unsigned,
+            /// hipStream_t)`.
+            hipLaunchCooperativeKernel = HipLaunchCooperativeKernel, launch stub;
+            hipLaunchCooperativeKernel_spt = HipLaunchCooperativeKernelSpt, launch stub;
+            /// `hipExtLaunchKernel(const void *stub, dim3, dim3, void **, size_t, hipStream_t,
+            /// hipEvent_t, hipEvent_t, int)`: hipExtLaunchKernelGGL.
+            hipExtLaunchKernel = HipExtLaunchKernel, launch stub;
+            /// `hipModuleLaunchKernel(hipFunction_t, ...)`: a function from
+            /// hipModuleGetFunction (rdi).
+            hipModuleLaunchKernel = HipModuleLaunchKernel, launch function;
+            /// `hipExtModuleLaunchKernel(hipFunction_t, ...)`.
+            hipExtModuleLaunchKernel = HipExtModuleLaunchKernel, launch function;
+            /// `hipHccModuleLaunchKernel(hipFunction_t, ...)`.
+            hipHccModuleLaunchKernel = HipHccModuleLaunchKernel, launch function;
+            /// `hipModuleLaunchCooperativeKernel(hipFunction_t, ...)` (hip_6.x).
+            hipModuleLaunchCooperativeKernel = HipModuleLaunchCooperativeKernel, launch function;
+            /// `hipLaunchKernelExC(const hipLaunchConfig_t *, const void *stub, void **)`
+            /// (hip_6.2): the stub is the second argument (rsi).
+            hipLaunchKernelExC = HipLaunchKernelExC, launch stub_second;
+            /// `hipDrvLaunchKernelEx(const HIP_LAUNCH_CONFIG *, hipFunction_t, void **,
+            /// void **)` (hip_6.2): the function is the second argument (rsi).
+            hipDrvLaunchKernelEx = HipDrvLaunchKernelEx, launch function_second;
+            /// `void __hipRegisterFunction(void **modules, const void *stub, char *, const char
+            /// *name, ...)`: every fat binary registers each kernel's host stub with its
+            /// device name when it loads. Records (rsi, rcx).
+            __hipRegisterFunction = HipRegisterFunction, names stub;
+            /// `hsa_status_t hsa_queue_create(hsa_agent_t, uint32_t, hsa_queue_type32_t,
+            /// callback, void *data, uint32_t, uint32_t, hsa_queue_t **)` (ROCR_1): HIP's
+            /// queues, whose error callback (rcx) the shim wraps.
+            hsa_queue_create = HsaQueueCreate, queue passive;
         }
     };
 }

@@ -162,16 +162,21 @@ macro_rules! hip_api {
 // build.rs compiles outside cargo's crate graph) includes the same file.
 include!("hooks.rs");
 
-/// `HipApi` from the hooked functions plus the ones rmcp only queries.
+/// `HipApi` from the hooked functions, the observed ones and the ones rmcp only queries. An
+/// observed function's field holds its address only (it is never called through that type:
+/// the shim jumps to it with the caller's own registers).
 macro_rules! hip_api_with_queries {
-    ($(
+    ([$(
         $(#[$doc:meta])* $name:ident = $variant:ident ($($arg:ident : $ty:ty),*)
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
-        $(, host location in $prop:ident)? ;
-    )*) => {
+        $(, host location in $prop:ident)?
+        $(, names $nfn:ident from $kname:ident)? ;
+    )*]
+    $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
         hip_api! {
             $( $(#[$doc])* $name($($arg: $ty),*); )*
+            $( $(#[$odoc])* $oname(); )*
             hipRuntimeGetVersion(version: *mut c_int);
             hipGetDeviceCount(count: *mut c_int);
             hipGetDevice(device: *mut c_int);
@@ -181,7 +186,14 @@ macro_rules! hip_api_with_queries {
     };
 }
 
-hooked_functions!(hip_api_with_queries);
+/// The hooked rows, handed on to `observed_functions!` with the observed ones.
+macro_rules! hip_api_rows {
+    ($($rows:tt)*) => {
+        observed_functions!(hip_api_with_queries [$($rows)*]);
+    };
+}
+
+hooked_functions!(hip_api_rows);
 
 /// A PCI address as HIP prints it and KFD stores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

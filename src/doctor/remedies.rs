@@ -5,8 +5,8 @@
 
 use rmcp_core::gfx::Gfx;
 use rmcp_core::remedy::{
-    Advice, Family, OVERRIDE_VARIABLE, OverrideValue, THEROCK_INDEX, family, pytorch_org_has,
-    sources, therock_device, therock_family,
+    Advice, Family, OVERRIDE_VARIABLE, OverrideValue, family, pytorch_org_has, sources,
+    therock_device, therock_family,
 };
 
 use super::report::Remedy;
@@ -15,22 +15,7 @@ use super::report::Remedy;
 const NOT_RMCP: &str = "rmcp changes the coherence of allocations only: it cannot make code \
                         built for another ISA run correctly.";
 
-/// What replaces the PyTorch of the environment the commands run in (a venv, activated)
-/// with TheRock's multi-arch build for one target: first the installed torch and the
-/// packages built against it go, then TheRock's torch, torchvision and torchaudio come
-/// from its index. A plain `pip install "torch[device-gfxNNNN]"` over an installed
-/// pytorch.org torch changes nothing: pip finds `torch` already satisfied and only warns
-/// that it "does not provide the extra" (docs/cli.md, "Replacing PyTorch";
-/// tests/remedy_pip.rs shows both with real pip).
-pub fn therock_commands(target: Gfx) -> [String; 2] {
-    [
-        "pip uninstall -y torch torchvision torchaudio".to_string(),
-        format!(
-            "pip install --index-url {THEROCK_INDEX} \"torch[device-{target}]\" \
-             \"torchvision[device-{target}]\" torchaudio"
-        ),
-    ]
-}
+pub use rmcp_core::remedy::therock_commands;
 
 fn unset_command() -> String {
     format!("unset {OVERRIDE_VARIABLE}")

@@ -12,7 +12,9 @@
  *
  * Usage: hotpath N STEP... [control]
  *   STEP: FUNC[:FLAGS] with FUNC one of hipHostMalloc, hipHostAlloc,
- *         hipExtMallocWithFlags, hipMalloc, hipMallocHost, hipMemAllocHost
+ *         hipExtMallocWithFlags, hipMalloc, hipMallocHost, hipMemAllocHost, or
+ *         hipLaunchKernel (an observed entry: recorded in the launch ring, issue 28; the
+ *         fake runtime answers a launch on stream (void *)1 at once)
  *   control: also make one malloc and one getpid() while armed (the counters must see them)
  * Prints: calls=<n> failed=<n> mallocs=<n> syscalls=<n>
  */
@@ -34,6 +36,11 @@
 #include <unistd.h>
 
 #include "hip_alloc.h"
+
+typedef struct { unsigned x, y, z; } dim3;
+int hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shared,
+                    void *stream);
+static void kernel_stub(void) {}
 
 /* ---- counting allocator ------------------------------------------------ */
 
@@ -81,8 +88,9 @@ static struct step steps[32];
 static int nsteps, control;
 static long iterations, calls, failed;
 
-static const char *const names[] = {"hipHostMalloc", "hipHostAlloc", "hipExtMallocWithFlags",
-                                    "hipMalloc",     "hipMallocHost", "hipMemAllocHost"};
+static const char *const names[] = {"hipHostMalloc", "hipHostAlloc",    "hipExtMallocWithFlags",
+                                    "hipMalloc",     "hipMallocHost",   "hipMemAllocHost",
+                                    "hipLaunchKernel"};
 
 static void run_steps(void)
 {
@@ -96,6 +104,11 @@ static void run_steps(void)
         case 3: rc = hipMalloc(&p, 0); break;
         case 4: rc = hipMallocHost(&p, 0); break;
         case 5: rc = hipMemAllocHost(&p, 0); break;
+        case 6: {
+            dim3 one = {1, 1, 1};
+            rc = hipLaunchKernel((const void *)kernel_stub, one, one, NULL, 0, (void *)1);
+            break;
+        }
         }
         calls++;
         if (rc != 0)

@@ -21,6 +21,11 @@
  *   sync                 hipDeviceSynchronize
  *   peekerror            hipPeekAtLastError: its answer is the step's rc
  *   lasterror            hipGetLastError: its answer is the step's rc
+ *   load:PATH            hipModuleLoad(PATH), hipModuleGetFunction(.., "k"), and a hipMalloc'd
+ *                        4 KiB buffer for it -> "ptr=0x..." (the buffer)
+ *   fault:KIND[@VA]      emugpu_fault(KIND, VA): the emulator faults the next dispatch
+ *                        (without VA: at its first kernel argument, the buffer)
+ *   launch               hipModuleLaunchKernel(k, 1x1x1, 1x1x1, args: the buffer)
  * Exit status: 0 when every step returned hipSuccess, 1 otherwise, 2 on a bad argument.
  */
 #define _GNU_SOURCE
@@ -159,6 +164,30 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 	return rc ? rc : frc;
 }
 
+/* load:PATH's kernel and its argument, for launch */
+static void *function, *buffer;
+
+static hipError_t load(const char *path, char *detail, size_t dn)
+{
+	void *module = NULL;
+	hipError_t rc = CALL(hipError_t(*)(void **, const char *), "hipModuleLoad", &module, path);
+	if (!rc)
+		rc = CALL(hipError_t(*)(void **, void *, const char *), "hipModuleGetFunction", &function,
+			  module, "k");
+	if (!rc)
+		rc = hipMalloc(&buffer, 4096);
+	snprintf(detail, dn, "ptr=%p", buffer);
+	return rc;
+}
+
+static hipError_t launch(void)
+{
+	void *args[] = { &buffer };
+	typedef hipError_t (*f_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
+				       unsigned, unsigned, void *, void **, void **);
+	return CALL(f_launch, "hipModuleLaunchKernel", function, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+}
+
 static hipError_t copy(int d2h, size_t size)
 {
 	void *d = NULL;
@@ -180,7 +209,7 @@ int main(int argc, char **argv)
 	mark = (void (*)(const char *))dlsym(RTLD_DEFAULT, "emugpu_mark");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (int i = 1; i < argc; i++) {
-		char step[200], fn[128] = "", detail[256] = "", buf[300];
+		char step[1024], fn[128] = "", detail[256] = "", buf[1100];
 		unsigned long long size = 4096;
 		unsigned flags = 0;
 		hipError_t rc;
@@ -204,6 +233,18 @@ int main(int argc, char **argv)
 			rc = CALL(f_v, "hipPeekAtLastError");
 		} else if (!strcmp(step, "lasterror")) {
 			rc = CALL(f_v, "hipGetLastError");
+		} else if (!strncmp(step, "load:", 5)) {
+			rc = load(step + 5, detail, sizeof detail);
+		} else if (!strncmp(step, "fault:", 6)) {
+			int (*fault)(const char *, unsigned long long) =
+				(int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+			char *at = strchr(step + 6, '@');
+			unsigned long long va = at ? strtoull(at + 1, NULL, 0) : 0;
+			if (at)
+				*at = 0;
+			rc = fault ? fault(step + 6, va) : -1;
+		} else if (!strcmp(step, "launch")) {
+			rc = launch();
 		} else if (sscanf(step, "h2d:%llu", &size) == 1) {
 			rc = copy(0, size);
 		} else if (sscanf(step, "d2h:%llu", &size) == 1) {

@@ -34,6 +34,11 @@
  *
  * emugpu_mark(text), exported, writes {"mark": text} into the log: test programs bracket
  * their steps with it (dlsym(RTLD_DEFAULT, "emugpu_mark")).
+ *
+ * Faults: EMUGPU_FAULT=KIND[@VA] or the exported emugpu_fault(kind, va) make the next
+ * kernel dispatch fault instead of completing, reported as the driver and ROCr's trap
+ * handler report it (the memory event, or the queue's inactive signal): see "Fault
+ * injection" below.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -54,6 +59,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,7 +76,12 @@ enum fdkind { FD_NONE, FD_KFD, FD_DRM };
 #define MAXFD 4096
 #define MAXGPU 8
 #define MAXBO 65536
+/* Signal events take ids 1..4095, their slots in the event page (KFD_SIGNAL_EVENT_LIMIT);
+ * the other types (memory, hardware exception) ids from KFD_FIRST_NONSIGNAL_EVENT_ID
+ * (kfd_events.h), as the driver's idr hands them out. */
 #define MAXEV 4096
+#define MAXOEV 64
+#define NONSIGNAL_BASE 0x40000000u
 #define MAXQ 128
 #define DRM_MAJOR 226
 #define KFD_MAJOR 235 /* dynamic on a real system */
@@ -118,15 +129,18 @@ static struct {
 	uint64_t backing_end;
 	struct bo bo[MAXBO];
 	unsigned nbo;
-	struct {
+	struct event {
 		int used, signaled, auto_reset;
 		unsigned type;
-	} ev[MAXEV];
+		struct kfd_hsa_memory_exception_data mem; /* a memory event's fault */
+	} ev[MAXEV], oev[MAXOEV];
 	struct {
 		int used;
-		unsigned type;
+		int halted; /* an injected queue error halted it (see Fault injection) */
+		unsigned type, gpu_id;
 		uint64_t ring, ring_size, wptr, rptr;
 	} q[MAXQ];
+	int evicted; /* an injected VM fault evicted every queue (kfd_dqm_evict_pasid) */
 	unsigned queue_next;
 	int processor_started;
 	int xnack;
@@ -170,6 +184,8 @@ static uint64_t prop(const char *file, const char *key, uint64_t dflt)
 	return v;
 }
 
+static void arm_from_env(void); /* Fault injection */
+
 static void load_fixture(void)
 {
 	char p[768];
@@ -204,6 +220,32 @@ static void load_fixture(void)
 		die("fixture %s has no GPU node", S.fixture);
 }
 
+/* EMUGPU_LOADED (scripts/emulated-gpu sets it) names a file where every process the
+ * emulator is loaded in writes "PID NAME", and "PID /dev/kfd" when it opens the emulated
+ * /dev/kfd: after the command the script says when none did (a program that replaced
+ * LD_PRELOAD instead of appending to it runs without the emulator). */
+static void loaded(const char *what)
+{
+	const char *file = getenv("EMUGPU_LOADED");
+	char line[300];
+	if (!file || !*file)
+		return;
+	in_emu++;
+	int fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		int n = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), what);
+		ssize_t w = write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+		(void)w;
+		close(fd);
+	}
+	in_emu--;
+}
+
+__attribute__((constructor)) static void at_load(void)
+{
+	loaded(program_invocation_short_name);
+}
+
 static void init(void)
 {
 	if (S.inited || in_emu)
@@ -222,6 +264,7 @@ static void init(void)
 	void *warm[1];
 	backtrace(warm, 1); /* loads libgcc_s now, not inside an ioctl */
 	S.inited = 1;
+	arm_from_env();
 	in_emu--;
 }
 
@@ -231,6 +274,14 @@ static struct gpu *gpu_by_id(unsigned id)
 		if (S.gpu[i].gpu_id == id)
 			return &S.gpu[i];
 	return NULL;
+}
+
+/* The live event with this id, or NULL. */
+static struct event *event_of(unsigned id)
+{
+	struct event *e = id < MAXEV ? &S.ev[id]
+			: id - NONSIGNAL_BASE < MAXOEV ? &S.oev[id - NONSIGNAL_BASE] : NULL;
+	return e && e->used ? e : NULL;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -295,6 +346,8 @@ static int open_dev(int which, int gpu, int flags)
 	S.kind[fd] = which == 1 ? FD_KFD : FD_DRM;
 	S.fd_gpu[fd] = gpu;
 	pthread_mutex_unlock(&S.lock);
+	if (which == 1)
+		loaded("/dev/kfd");
 	return fd;
 }
 
@@ -919,15 +972,20 @@ static int kfd_wait(struct kfd_ioctl_wait_events_args *a)
 	for (;;) {
 		unsigned done = 0;
 		for (uint32_t i = 0; i < a->num_events; i++) {
-			unsigned id = ev[i].event_id;
-			if (id >= MAXEV || !S.ev[id].used)
+			struct event *e = event_of(ev[i].event_id);
+			if (!e)
 				return -EINVAL;
-			done += S.ev[id].signaled != 0;
+			done += e->signaled != 0;
 		}
 		if (a->wait_for_all ? done == a->num_events : done > 0) {
-			for (uint32_t i = 0; i < a->num_events; i++)
-				if (S.ev[ev[i].event_id].auto_reset)
-					S.ev[ev[i].event_id].signaled = 0;
+			for (uint32_t i = 0; i < a->num_events; i++) {
+				struct event *e = event_of(ev[i].event_id);
+				/* copy_signaled_event_data: a signaled memory event's fault */
+				if (e->signaled && e->type == KFD_IOC_EVENT_MEMORY)
+					ev[i].memory_exception_data = e->mem;
+				if (e->auto_reset)
+					e->signaled = 0;
+			}
 			a->wait_result = KFD_IOC_WAIT_RESULT_COMPLETE;
 			return 0;
 		}
@@ -967,13 +1025,181 @@ static void complete(uint64_t sig)
 	}
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Fault injection                                                                       */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * A test arms one fault for the next kernel dispatch the packet processor takes: with
+ * EMUGPU_FAULT=KIND[@VA] (scripts/emulated-gpu --fault) from the start, or by calling the
+ * exported emugpu_fault(kind, va) (dlsym(RTLD_DEFAULT, "emugpu_fault")) when the address
+ * is known only at run time. That dispatch is then not completed, and the fault reaches
+ * the runtime the way linux 6.1 (KFD 1.11, no debugger interface) and ROCr's own trap
+ * handler report it on a gfx10.1 card:
+ *
+ *   vm, vm-read-only  the memory event: kfd_signal_vm_fault_event fills every memory
+ *                     event's memory_exception_data (gpu_id, va page-aligned, NotPresent /
+ *                     ReadOnly), sets them and evicts the process's queues
+ *                     (kfd_dqm_evict_pasid): nothing runs after it. WAIT_EVENTS copies the
+ *                     data out (copy_signaled_event_data).
+ *   vm-imprecise      the same event as 6.1 fills it without fault information: imprecise,
+ *                     no reason bit, va 0 (so no @VA).
+ *   aperture, illegal the trap handler (amd_trap_handler_v1.h, .signal_error) swaps the
+ *                     queue's inactive signal value to bit 29 (memory violation) or 30
+ *                     (illegal instruction), writes the signal's event id to its mailbox
+ *                     and raises the event when the old value was 0; the wave halts, so the
+ *                     queue stops (UPDATE_QUEUE to 0% then succeeds, as it always does here).
+ *                     No address reaches the runtime (so no @VA).
+ *
+ * Without @VA (va 0 from emugpu_fault), a vm / vm-read-only fault's address is the
+ * dispatch's first kernel argument (the first 8 bytes of its kernarg segment). The fault
+ * is written to the log as {"fault": KIND, ...}. gfx10.3's trap handler, which signals
+ * nothing (the wave halts: a hang), is not modelled: the aperture and illegal kinds report
+ * as gfx10.1's does whatever ISA the runtime believes it has.
+ */
+enum { F_NONE, F_VM, F_VM_RO, F_VM_IMPRECISE, F_APERTURE, F_ILLEGAL };
+static const char *const FAULT_NAMES[] = { "none", "vm", "vm-read-only", "vm-imprecise", "aperture",
+					   "illegal" };
+static struct {
+	int kind; /* F_*, taken by the packet processor */
+	uint64_t va; /* 0: the first kernel argument */
+} armed;
+
+/* Arms KIND with VA; -1 (and a line on stderr) when KIND is unknown or takes no address. */
+static int arm(const char *kind, uint64_t va)
+{
+	int k = -1;
+	for (int i = 0; i < (int)(sizeof FAULT_NAMES / sizeof *FAULT_NAMES); i++)
+		if (kind && !strcmp(kind, FAULT_NAMES[i]))
+			k = i;
+	if (k < 0 || (va && k != F_VM && k != F_VM_RO)) {
+		fprintf(stderr, "emulated-gpu: %s: %s (kinds: vm[@VA] vm-read-only[@VA] vm-imprecise aperture illegal none)\n",
+			kind ? kind : "(null)", k < 0 ? "no such fault kind" : "this fault carries no address");
+		return -1;
+	}
+	pthread_mutex_lock(&S.lock);
+	armed.kind = k;
+	armed.va = va;
+	pthread_mutex_unlock(&S.lock);
+	struct out o;
+	o.n = 0;
+	put(&o, "{\"seq\":%lu,\"fault\":\"armed\",\"kind\":\"%s\",\"va\":\"0x%" PRIx64 "\"",
+	    __atomic_add_fetch(&S.seq, 1, __ATOMIC_RELAXED), FAULT_NAMES[k], va);
+	emit(&o);
+	return 0;
+}
+
+/* EMUGPU_FAULT=KIND[@VA], read once at start; a malformed one stops the process. */
+static void arm_from_env(void)
+{
+	const char *spec = getenv("EMUGPU_FAULT");
+	char kind[32];
+	uint64_t va = 0;
+	if (!spec || !*spec)
+		return;
+	const char *at = strchr(spec, '@');
+	size_t n = at ? (size_t)(at - spec) : strlen(spec);
+	char *end = NULL;
+	if (at) {
+		errno = 0;
+		va = strtoull(at + 1, &end, 0);
+	}
+	if (n >= sizeof kind || (at && (errno || !*(at + 1) || *end || !va)))
+		die("EMUGPU_FAULT=%s: expected KIND[@VA], VA a non-zero number", spec);
+	memcpy(kind, spec, n);
+	kind[n] = 0;
+	if (arm(kind, va))
+		die("EMUGPU_FAULT=%s is not a fault this emulator injects", spec);
+}
+
+EXPORT int emugpu_fault(const char *kind, uint64_t va)
+{
+	init();
+	return arm(kind, va);
+}
+
+/* The first kernel argument of a dispatch packet, read without trusting the pointer. */
+static uint64_t first_kernarg(const uint8_t *pkt)
+{
+	uint64_t kernarg = *(const uint64_t *)(pkt + 40), v = 0;
+	struct iovec local = { &v, sizeof v }, remote = { (void *)(uintptr_t)kernarg, sizeof v };
+	if (kernarg && process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof v)
+		die("injecting a fault: the dispatch's kernarg segment 0x%" PRIx64 " is not readable", kernarg);
+	return v;
+}
+
+/* Called by the packet processor with a kernel dispatch packet of queue q: 1 when a fault
+ * was armed and is now delivered (the packet stays unconsumed), 0 otherwise. The log line
+ * is written first: the runtime may end the process as soon as the fault is delivered. */
+static int take_fault(unsigned q, const uint8_t *pkt)
+{
+	pthread_mutex_lock(&S.lock);
+	int kind = armed.kind;
+	uint64_t va = armed.va;
+	armed.kind = F_NONE;
+	pthread_mutex_unlock(&S.lock);
+	if (kind == F_NONE)
+		return 0;
+	int memory = kind == F_VM || kind == F_VM_RO || kind == F_VM_IMPRECISE;
+	if ((kind == F_VM || kind == F_VM_RO) && !va)
+		va = first_kernarg(pkt);
+	va &= ~4095ull;
+	/* amd_queue_t: read_dispatch_id_field_base_byte_offset follows read_dispatch_id (the
+	 * KFD read pointer); queue_inactive_signal is at +192 */
+	uint64_t rptr = S.q[q].rptr, sig = 0;
+	if (!memory)
+		sig = *(volatile uint64_t *)(uintptr_t)(rptr - *(volatile uint32_t *)(uintptr_t)(rptr + 8) + 192);
+	if (!memory && !sig)
+		die("injecting %s: queue %u has no inactive signal", FAULT_NAMES[kind], q);
+
+	struct out o;
+	o.n = 0;
+	put(&o, "{\"seq\":%lu,\"fault\":\"%s\",\"queue_id\":%u,\"gpu_id\":%u,\"va\":\"0x%" PRIx64 "\"",
+	    __atomic_add_fetch(&S.seq, 1, __ATOMIC_RELAXED), FAULT_NAMES[kind], q, S.q[q].gpu_id, va);
+	if (!memory)
+		put(&o, ",\"inactive_signal\":\"0x%" PRIx64 "\"", sig);
+	emit(&o);
+
+	pthread_mutex_lock(&S.lock);
+	if (memory) {
+		struct kfd_hsa_memory_exception_data m;
+		memset(&m, 0, sizeof m);
+		m.gpu_id = S.q[q].gpu_id;
+		m.va = va;
+		m.failure.NotPresent = kind == F_VM;
+		m.failure.ReadOnly = kind == F_VM_RO;
+		m.failure.imprecise = kind == F_VM_IMPRECISE;
+		for (unsigned i = 0; i < MAXOEV; i++)
+			if (S.oev[i].used && S.oev[i].type == KFD_IOC_EVENT_MEMORY) {
+				S.oev[i].mem = m;
+				S.oev[i].signaled = 1;
+			}
+		S.evicted = 1;
+	} else {
+		int64_t code = kind == F_APERTURE ? 1ll << 29 : 1ll << 30;
+		int64_t old = __atomic_exchange_n((int64_t *)(uintptr_t)(sig + 8), code, __ATOMIC_ACQ_REL);
+		uint64_t mailbox = *(volatile uint64_t *)(uintptr_t)(sig + 16);
+		uint32_t id = *(volatile uint32_t *)(uintptr_t)(sig + 24);
+		struct event *e = event_of(id);
+		if (!old && mailbox) {
+			__atomic_store_n((uint64_t *)(uintptr_t)mailbox, id, __ATOMIC_RELEASE);
+			if (e)
+				e->signaled = 1;
+		}
+		S.q[q].halted = 1;
+	}
+	pthread_cond_broadcast(&S.ev_cond);
+	pthread_mutex_unlock(&S.lock);
+	return 1;
+}
+
 static void *processor(void *unused)
 {
 	(void)unused;
 	for (;;) {
 		int busy = 0;
 		for (unsigned i = 0; i < MAXQ; i++) {
-			if (!__atomic_load_n(&S.q[i].used, __ATOMIC_ACQUIRE))
+			if (!__atomic_load_n(&S.q[i].used, __ATOMIC_ACQUIRE) || S.q[i].halted || S.evicted)
 				continue;
 			uint64_t *wp = (uint64_t *)(uintptr_t)S.q[i].wptr, *rp = (uint64_t *)(uintptr_t)S.q[i].rptr;
 			uint64_t slots = S.q[i].ring_size / 64;
@@ -997,6 +1223,8 @@ static void *processor(void *unused)
 					if (n && (type == 3 ? done < n : !done))
 						break; /* the queue waits, as the hardware's does */
 				}
+				if (type == 2 && take_fault(i, pkt)) /* KERNEL_DISPATCH */
+					break;
 				complete(*(uint64_t *)(pkt + 56));
 				__atomic_store_n((uint16_t *)pkt, (uint16_t)((header & ~0xff) | 1), __ATOMIC_RELEASE);
 				__atomic_store_n(rp, r + 1, __ATOMIC_RELEASE);
@@ -1168,24 +1396,28 @@ static int kfd_ioctl(int fd, unsigned long req, void *arg)
 	}
 	case 0x08: {
 		struct kfd_ioctl_create_event_args *a = arg;
+		/* kfd_event_create: signal and debug events get a slot in the event page,
+		 * the others an id past it and no page offset */
+		int slot = a->event_type == KFD_IOC_EVENT_SIGNAL || a->event_type == KFD_IOC_EVENT_DEBUG_EVENT;
 		unsigned id = 0;
-		for (unsigned i = 1; i < MAXEV; i++)
-			if (!S.ev[i].used) {
+		for (unsigned i = slot ? 1 : NONSIGNAL_BASE; i < (slot ? MAXEV : NONSIGNAL_BASE + MAXOEV); i++)
+			if (!event_of(i)) {
 				id = i;
 				break;
 			}
 		if (!id) {
-			ret = -ENOMEM;
+			ret = slot ? -ENOSPC : -ENOMEM;
 			break;
 		}
-		S.ev[id].used = 1;
-		S.ev[id].signaled = 0;
-		S.ev[id].type = a->event_type;
-		S.ev[id].auto_reset = a->auto_reset;
+		struct event *e = id < MAXEV ? &S.ev[id] : &S.oev[id - NONSIGNAL_BASE];
+		*e = (struct event){ .used = 1, .type = a->event_type, .auto_reset = a->auto_reset };
 		a->event_id = id;
-		a->event_slot_index = id;
 		a->event_trigger_data = id;
-		a->event_page_offset = KFD_MMAP_TYPE_EVENTS;
+		a->event_page_offset = 0;
+		if (slot) {
+			a->event_slot_index = id;
+			a->event_page_offset = KFD_MMAP_TYPE_EVENTS;
+		}
 		put(&o, ",\"event_id\":%u,\"event_type\":%u", id, a->event_type);
 		break;
 	}
@@ -1193,13 +1425,15 @@ static int kfd_ioctl(int fd, unsigned long req, void *arg)
 	case 0x0A:
 	case 0x0B: {
 		unsigned id = ((struct kfd_ioctl_set_event_args *)arg)->event_id;
-		if (id >= MAXEV || !S.ev[id].used) {
+		struct event *e = event_of(id);
+		/* set / reset: only signal events (event_can_be_cpu_signaled) */
+		if (!e || (nr != 0x09 && e->type != KFD_IOC_EVENT_SIGNAL)) {
 			ret = -EINVAL;
 			break;
 		}
 		if (nr == 0x09)
-			S.ev[id].used = 0;
-		S.ev[id].signaled = nr == 0x0A;
+			e->used = 0;
+		e->signaled = nr == 0x0A;
 		pthread_cond_broadcast(&S.ev_cond);
 		break;
 	}
@@ -1226,6 +1460,8 @@ static int kfd_ioctl(int fd, unsigned long req, void *arg)
 		S.q[a->queue_id].wptr = a->write_pointer_address;
 		S.q[a->queue_id].rptr = a->read_pointer_address;
 		S.q[a->queue_id].type = a->queue_type;
+		S.q[a->queue_id].gpu_id = a->gpu_id;
+		S.q[a->queue_id].halted = 0;
 		__atomic_store_n(&S.q[a->queue_id].used, 1, __ATOMIC_RELEASE);
 		start_processor();
 		a->doorbell_offset = KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(a->gpu_id) |

@@ -1,0 +1,160 @@
+//! The allocation record: the last [`RECORDS`] allocations that went through a hooked call,
+//! with what was asked and what the shim forwarded, so that a fault's address can be traced
+//! to the call that made its allocation. A fixed lock-free ring (one `fetch_add` and a few
+//! stores per successful allocation: no lock, no heap, no system call); the oldest record is
+//! overwritten. Frees are not hooked, so a record may outlive its allocation: it is only
+//! believed when its base is the base the runtime reports for the faulting address
+//! (`hsa_amd_pointer_info`). It reads nothing of the shim's other state.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use rmcp_core::policy::Forward;
+use rmcp_core::registry::{HOOKS, Hook};
+
+/// Allocations kept.
+pub(crate) const RECORDS: usize = 1024;
+
+struct Entry {
+    /// 0: never written; odd: being written; else (number + 1) * 2.
+    seq: AtomicU64,
+    base: AtomicUsize,
+    size: AtomicUsize,
+    caller: AtomicUsize,
+    asked: AtomicU32,
+    forwarded: AtomicU32,
+    /// The hook's index, and in the next byte what it was forwarded as (0: unchanged,
+    /// 1: hipHostMalloc, 2: hipExtMallocWithFlags).
+    how: AtomicU32,
+}
+
+static ENTRIES: [Entry; RECORDS] = [const {
+    Entry {
+        seq: AtomicU64::new(0),
+        base: AtomicUsize::new(0),
+        size: AtomicUsize::new(0),
+        caller: AtomicUsize::new(0),
+        asked: AtomicU32::new(0),
+        forwarded: AtomicU32::new(0),
+        how: AtomicU32::new(0),
+    }
+}; RECORDS];
+static HEAD: AtomicU64 = AtomicU64::new(0);
+
+/// One allocation as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) hook: Hook,
+    pub(crate) base: usize,
+    pub(crate) size: usize,
+    /// The caller's return address, or a per-copy entry's slot (`caller_is_slot`).
+    pub(crate) caller: usize,
+    pub(crate) asked: u32,
+    /// What the shim forwarded instead, if it rewrote the call.
+    pub(crate) forwarded: Option<Forward>,
+}
+
+/// Records a successful allocation at `base` (what the runtime wrote to the caller's
+/// out-pointer).
+#[inline(always)]
+pub(crate) fn record(
+    hook: Hook,
+    base: usize,
+    size: usize,
+    caller: usize,
+    asked: u32,
+    fw: Option<Forward>,
+) {
+    if base == 0 {
+        return;
+    }
+    let n = HEAD.fetch_add(1, Ordering::Relaxed);
+    let e = &ENTRIES[(n % RECORDS as u64) as usize];
+    e.seq.store(n.wrapping_mul(2) | 1, Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Release);
+    let (how, forwarded) = match fw {
+        None => (0u32, asked),
+        Some(Forward::HostMalloc(f)) => (1, f),
+        Some(Forward::ExtMallocWithFlags(f)) => (2, f),
+    };
+    e.base.store(base, Ordering::Relaxed);
+    e.size.store(size, Ordering::Relaxed);
+    e.caller.store(caller, Ordering::Relaxed);
+    e.asked.store(asked, Ordering::Relaxed);
+    e.forwarded.store(forwarded, Ordering::Relaxed);
+    e.how
+        .store(hook.index() as u32 | (how << 8), Ordering::Relaxed);
+    e.seq
+        .store(n.wrapping_add(1).wrapping_mul(2), Ordering::Release);
+}
+
+/// The newest record of an allocation at `base` (exactly), if it is still in the ring.
+pub(crate) fn find(base: usize) -> Option<Record> {
+    find_by(|b, _| b == base)
+}
+
+/// The newest record whose range holds `addr`.
+pub(crate) fn containing(addr: usize) -> Option<Record> {
+    find_by(|b, s| addr >= b && addr - b < s.max(1))
+}
+
+fn find_by(matches: impl Fn(usize, usize) -> bool) -> Option<Record> {
+    let head = HEAD.load(Ordering::Acquire);
+    for back in 0..(RECORDS as u64) {
+        let k = head.checked_sub(back + 1)?;
+        let e = &ENTRIES[(k % RECORDS as u64) as usize];
+        let before = e.seq.load(Ordering::Acquire);
+        if before != k.wrapping_add(1).wrapping_mul(2) {
+            continue;
+        }
+        let base = e.base.load(Ordering::Relaxed);
+        let size = e.size.load(Ordering::Relaxed);
+        let caller = e.caller.load(Ordering::Relaxed);
+        let asked = e.asked.load(Ordering::Relaxed);
+        let forwarded = e.forwarded.load(Ordering::Relaxed);
+        let how = e.how.load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
+        if e.seq.load(Ordering::Relaxed) != before || !matches(base, size) {
+            continue;
+        }
+        let (hook, _) = HOOKS.get((how & 0xff) as usize)?;
+        return Some(Record {
+            hook: *hook,
+            base,
+            size,
+            caller,
+            asked,
+            forwarded: match how >> 8 {
+                1 => Some(Forward::HostMalloc(forwarded)),
+                2 => Some(Forward::ExtMallocWithFlags(forwarded)),
+                _ => None,
+            },
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_record_of_a_base_wins_and_ranges_are_found() {
+        record(Hook::HipHostMalloc, 0x10_0000, 4096, 0x1, 0, None);
+        record(
+            Hook::HipHostMalloc,
+            0x10_0000,
+            8192,
+            0x2,
+            0x4000_0000,
+            Some(Forward::HostMalloc(0x8000_0000)),
+        );
+        let r = find(0x10_0000).unwrap();
+        assert_eq!((r.size, r.caller, r.asked), (8192, 0x2, 0x4000_0000));
+        assert_eq!(r.forwarded, Some(Forward::HostMalloc(0x8000_0000)));
+        assert_eq!(containing(0x10_1fff).map(|r| r.caller), Some(0x2));
+        assert_eq!(containing(0x10_2000), None);
+        assert_eq!(find(0x20_0000), None);
+        record(Hook::HipMalloc, 0, 1, 0x3, 0, None);
+        assert_eq!(find(0), None, "a null base is not recorded");
+    }
+}

@@ -1,0 +1,416 @@
+//! Issue 28, never worse, shown on the emulated GPU with the real 5.2.3 runtime: for each
+//! fault kind the emulator injects (`vm`, `vm-read-only`, `vm-imprecise` through KFD's memory
+//! event, `aperture`, `illegal` through the queue's inactive signal), the runtime's own
+//! message and how the process ends are the same with rmcp preloaded as without, byte for
+//! byte after masking addresses, times and ids; rmcp's block comes before the runtime's
+//! message, naming the allocation, the call that made it and the kernel. RMCP_MODE=off still
+//! explains; RMCP_LOG=off prints nothing of rmcp's.
+
+use rmcp_testkit::*;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A gfx1010 code object with `extern "C" __global__ void k(int *p)` (None: no hipcc).
+fn kernel_object(dir: &Path) -> Option<PathBuf> {
+    let hipcc = hipcc()?;
+    let src = dir.join("k.hip");
+    std::fs::write(
+        &src,
+        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
+    )
+    .unwrap();
+    let co = dir.join("k.co");
+    let out = Command::new(&hipcc)
+        .args(["--genco", "--offload-arch=gfx1010"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&co)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    Some(co)
+}
+
+/// emu_probe5 STEPS on the emulated GPU, rmcp preloaded when `shim`, with `env`.
+fn run(lib: &Path, dir: &Path, shim: bool, env: &[(&str, &str)], steps: &[&str]) -> Output {
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log")
+        .arg(dir.join("log.jsonl"))
+        .arg("--")
+        .arg(emu_probe(5))
+        .args(steps)
+        .current_dir(dir)
+        .env("EMUGPU_LIB", lib)
+        .env_remove("LD_PRELOAD")
+        .env_remove("HSA_OVERRIDE_GFX_VERSION")
+        .env_remove("EMUGPU_FAULT")
+        .env_remove("RMCP_LOG")
+        .env_remove("RMCP_MODE");
+    if shim {
+        cmd.env("LD_PRELOAD", rmcp_testkit::shim());
+    }
+    cmd.envs(env.iter().copied());
+    output_within(&mut cmd, Duration::from_secs(120)).expect("emu_probe5 within its time")
+}
+
+/// Masks what changes from run to run: hex addresses, numbers (times, pids, ids).
+fn masked(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '0' && chars.peek() == Some(&'x') {
+            chars.next();
+            while chars.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
+                chars.next();
+            }
+            out.push_str("0xN");
+        } else if c.is_ascii_digit() {
+            while chars.peek().is_some_and(|c| c.is_ascii_digit()) {
+                chars.next();
+            }
+            out.push('N');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// stderr without rmcp's lines and the emulator's own notes.
+fn runtime_part(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| !l.starts_with("rmcp[") && !l.starts_with("emulated-gpu:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn each_fault_is_explained_before_the_runtime_and_ends_the_same() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object(dir.path()) else {
+        return;
+    };
+    let load = format!("load:{}", co.display());
+    for (kind, first) in [
+        ("vm", "GPU memory fault on GPU node-1 at address 0x"),
+        (
+            "vm-read-only",
+            "GPU memory fault on GPU node-1 at address 0x",
+        ),
+        (
+            "vm-imprecise",
+            "GPU memory fault on GPU node-1 at an address the GPU did not report",
+        ),
+        (
+            "aperture",
+            "GPU queue error on GPU node-1: HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION (0x29)",
+        ),
+        (
+            "illegal",
+            "GPU queue error on GPU node-1: HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION (0x2a)",
+        ),
+    ] {
+        let fault = format!("fault:{kind}");
+        let steps = ["init", &load, "launch", "sync", &fault, "launch", "sync"];
+        let without = run(&lib, dir.path(), false, &[], &steps);
+        let with = run(&lib, dir.path(), true, &[], &steps);
+        let (e0, e1) = (text(&without.stderr), text(&with.stderr));
+        let ctx = format!("{kind}\n--- without\n{e0}\n--- with\n{e1}");
+        // How the process ends, and what the runtime says, are the same.
+        assert_eq!(without.status.signal(), Some(libc::SIGABRT), "{ctx}");
+        assert_eq!(with.status.signal(), without.status.signal(), "{ctx}");
+        assert_eq!(with.status.code(), without.status.code(), "{ctx}");
+        assert_eq!(
+            masked(&text(&with.stdout)),
+            masked(&text(&without.stdout)),
+            "{ctx}"
+        );
+        assert_eq!(
+            masked(&runtime_part(&e1)),
+            masked(&runtime_part(&e0)),
+            "{ctx}"
+        );
+        // rmcp's block comes first, whole, with the facts right.
+        let lines: Vec<&str> = e1.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.contains(first))
+            .unwrap_or_else(|| panic!("no block\n{ctx}"));
+        let runtime_first = lines
+            .iter()
+            .position(|l| !l.starts_with("rmcp[") && !l.starts_with("emulated-gpu:"))
+            .unwrap_or(lines.len());
+        assert!(start < runtime_first, "{ctx}");
+        let block = lines[start..runtime_first].join("\n");
+        assert_eq!(
+            block.matches("GPU memory fault").count() + block.matches("GPU queue error").count(),
+            1,
+            "one block per fault\n{ctx}"
+        );
+        assert!(block.contains("gfx1010 (KFD topology)"), "{ctx}");
+        assert!(
+            block.contains(" k in ") && block.contains("via hipModuleLaunchKernel"),
+            "{ctx}"
+        );
+        if kind == "vm" || kind == "vm-read-only" {
+            assert!(
+                block.contains("made by hipMalloc(4096 bytes, flags 0x0) from ")
+                    && block.contains("emu_probe5; forwarded unchanged"),
+                "{ctx}"
+            );
+        }
+        if kind == "vm-read-only" {
+            assert!(
+                block.contains("reason: write access to a read-only page"),
+                "{ctx}"
+            );
+        }
+        if kind == "vm-imprecise" {
+            assert!(
+                block.contains("at an address the GPU did not report")
+                    && block.contains("reason: imprecise"),
+                "{ctx}"
+            );
+        }
+        assert!(block.contains("`rmcp doctor`"), "{ctx}");
+    }
+
+    // RMCP_MODE=off still explains; RMCP_LOG=off says nothing, and ends the same.
+    let steps = [
+        "init", &load, "launch", "sync", "fault:vm", "launch", "sync",
+    ];
+    let off = run(&lib, dir.path(), true, &[("RMCP_MODE", "off")], &steps);
+    let e = text(&off.stderr);
+    assert!(e.contains("GPU memory fault on GPU node-1"), "{e}");
+    assert!(
+        e.contains("RMCP_MODE=off: rmcp changed no allocation"),
+        "{e}"
+    );
+    // The stats report holds the fault, written before the runtime aborted.
+    let stats = dir.path().join("stats.json");
+    let stats_env = stats.to_str().unwrap();
+    run(
+        &lib,
+        dir.path(),
+        true,
+        &[("RMCP_STATS_FILE", stats_env)],
+        &steps,
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("the report")).unwrap();
+    let f = &report["faults"][0];
+    assert_eq!(f["kind"], "vm", "{report}");
+    assert_eq!(f["gpu"]["gfx"], "gfx1010", "{report}");
+    assert_eq!(f["address_in"]["made_by"]["call"], "hipMalloc", "{report}");
+    assert_eq!(f["kernels"][0]["name"], "k", "{report}");
+    assert_eq!(f["kernels"][0]["via"], "hipModuleLaunchKernel", "{report}");
+    assert!(
+        f["lines"][0].as_str().unwrap().contains("GPU memory fault"),
+        "{report}"
+    );
+    // RMCP_LOG_FILE takes the block instead of stderr.
+    let log = dir.path().join("rmcp.log");
+    let logged = run(
+        &lib,
+        dir.path(),
+        true,
+        &[("RMCP_LOG_FILE", log.to_str().unwrap())],
+        &steps,
+    );
+    let e = text(&logged.stderr);
+    assert!(!e.contains("rmcp["), "{e}");
+    assert!(e.contains("Memory access fault by GPU node-1"), "{e}");
+    let l = std::fs::read_to_string(&log).expect("the log file");
+    assert!(l.contains("error: GPU memory fault on GPU node-1"), "{l}");
+    let quiet = run(&lib, dir.path(), true, &[("RMCP_LOG", "off")], &steps);
+    let e = text(&quiet.stderr);
+    assert!(!e.contains("rmcp["), "{e}");
+    assert_eq!(quiet.status.signal(), Some(libc::SIGABRT), "{e}");
+}
+
+/// A program with its own system event handler that returns HSA_STATUS_SUCCESS: ROCr then
+/// prints nothing and does not abort, and the program goes on. With rmcp loaded it keeps
+/// that behaviour: the same stdout and exit status, no runtime message (rmcp's own block is
+/// written, as rmcp's handler is called too).
+#[test]
+fn a_program_that_handles_the_fault_itself_keeps_its_behaviour() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("handles.hip");
+    std::fs::write(
+        &src,
+        r#"#include <hip/hip_runtime.h>
+#include <hsa/hsa_ext_amd.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <unistd.h>
+__global__ void fill(int *p) { p[0] = 1; }
+static hsa_status_t mine(const hsa_amd_event_t *e, void *) {
+    if (e->event_type == HSA_AMD_GPU_MEMORY_FAULT_EVENT) {
+        printf("handled the fault\n");
+        fflush(stdout);
+    }
+    return HSA_STATUS_SUCCESS;
+}
+int main() {
+    int *p = 0;
+    if (hipMalloc((void **)&p, 4096) != hipSuccess) return 3;
+    if (hsa_amd_register_system_event_handler(mine, 0) != HSA_STATUS_SUCCESS) return 4;
+    fill<<<1, 1>>>(p);
+    if (hipDeviceSynchronize() != hipSuccess) return 5;
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0) != 0) return 6;
+    fill<<<1, 1>>>(p);
+    sleep(2);
+    printf("went on\n");
+    fflush(stdout);
+    _exit(0);
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("handles");
+    let out = Command::new(&hipcc)
+        .arg("--offload-arch=gfx1010")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lhsa-runtime64")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    let go = |shim: bool| {
+        let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+        cmd.arg("--log")
+            .arg(dir.path().join("handles.jsonl"))
+            .arg("--")
+            .arg(&exe)
+            .env("EMUGPU_LIB", &lib)
+            .env_remove("LD_PRELOAD")
+            .env_remove("RMCP_LOG")
+            .env_remove("RMCP_MODE");
+        if shim {
+            cmd.env("LD_PRELOAD", rmcp_testkit::shim());
+        }
+        output_within(&mut cmd, Duration::from_secs(120)).expect("within its time")
+    };
+    let without = go(false);
+    let with = go(true);
+    let ctx = format!(
+        "--- without {:?}\n{}{}\n--- with {:?}\n{}{}",
+        without.status,
+        text(&without.stdout),
+        text(&without.stderr),
+        with.status,
+        text(&with.stdout),
+        text(&with.stderr)
+    );
+    assert_eq!(
+        text(&without.stdout),
+        "handled the fault\nwent on\n",
+        "{ctx}"
+    );
+    assert!(without.status.success(), "{ctx}");
+    assert_eq!(text(&with.stdout), text(&without.stdout), "{ctx}");
+    assert_eq!(with.status.code(), without.status.code(), "{ctx}");
+    for out in [&without, &with] {
+        assert!(
+            !text(&out.stderr).contains("Memory access fault by GPU"),
+            "the runtime reported a handled fault\n{ctx}"
+        );
+    }
+    assert!(
+        text(&with.stderr).contains("GPU memory fault on GPU node-1"),
+        "{ctx}"
+    );
+}
+
+/// The process's very first HIP call is the launch that faults: the handler is found at
+/// that launch (before the runtime is entered) and registered when the runtime creates its
+/// queue, so even that fault is explained, with the kernel's name from
+/// `__hipRegisterFunction`.
+#[test]
+fn a_fault_in_the_first_launch_is_explained() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("first.hip");
+    std::fs::write(
+        &src,
+        r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+__global__ void fill(int *p) { p[0] = 1; }
+int main() {
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0x10000) != 0) return 5;
+    fill<<<1, 1>>>((int *)0x10000);
+    hipDeviceSynchronize();
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("first");
+    let out = Command::new(&hipcc)
+        .arg("--offload-arch=gfx1010")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log")
+        .arg(dir.path().join("first.jsonl"))
+        .arg("--")
+        .arg(&exe)
+        .env("EMUGPU_LIB", &lib)
+        .env("LD_PRELOAD", rmcp_testkit::shim())
+        .env("RMCP_STATS_FILE", dir.path().join("stats.json"))
+        .env_remove("RMCP_LOG")
+        .env_remove("RMCP_MODE");
+    let out = output_within(&mut cmd, Duration::from_secs(120)).expect("within its time");
+    let e = text(&out.stderr);
+    // A process that made no allocation through the shim still gets its report.
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("stats.json")).expect("the report"),
+    )
+    .unwrap();
+    assert_eq!(
+        report["faults"][0]["kernels"][0]["name"], "_Z4fillPi",
+        "{report}"
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{e}");
+    let block = e.find("GPU memory fault on GPU node-1 at address 0x10000");
+    let runtime = e.find("Memory access fault by GPU node-1");
+    assert!(block.is_some() && block < runtime, "{e}");
+    assert!(
+        e.contains("address: in no allocation the runtime knows"),
+        "{e}"
+    );
+    assert!(
+        e.contains("_Z4fillPi in ") && e.contains("via hipLaunchKernel"),
+        "{e}"
+    );
+    assert!(e.contains("1 launch in all"), "{e}");
+}
