@@ -12,14 +12,20 @@
 //!   the log file on the descriptor it opens next. A line whose write would block (a FIFO
 //!   whose reader is slow) is dropped, never waited for. If it cannot be opened (a FIFO
 //!   with no reader, a directory), one warning says so on stderr and the log goes there;
+//! - the log file's descriptor is written only while it is still the file opened (device
+//!   and inode, checked before each line): once the program closed it and perhaps opened
+//!   its own file on the number, it is never written or closed again, and the log is
+//!   reopened by name if the name still names that file (issue 30);
 //! - stderr is written only while descriptor 2 is the file it was when the process
-//!   started (the front's record at load) (same device and inode): a program that closed stderr, or put a data file of
-//!   its own on descriptor 2, never gets the shim's lines in it;
+//!   started (the front's record at load; same device and inode): a program that closed
+//!   stderr, or put a data file of its own on descriptor 2, never gets the shim's lines;
+//! - a write never raises SIGPIPE (blocked on the thread for the write, one it raised
+//!   consumed) and waits at most [`WRITE_PATIENCE_MS`] for room ([`write_fd`]);
 //! - a line that is not written (would block, descriptor 2 replaced, write error) is
 //!   dropped and counted ([`dropped_lines`]).
 //!
-//! Other files the shim writes go through [`write_regular_file`] (the stats report):
-//! non-blocking, regular files only.
+//! The stats report goes through [`place_report`]: it replaces only a report rmcp wrote,
+//! and writes or appends to anything else in place (issue 30), non-blocking.
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::fmt::{self, Write as _};
