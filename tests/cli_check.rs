@@ -331,6 +331,36 @@ fn a_failed_run_is_inconclusive() {
 }
 
 #[test]
+fn each_verdict_has_its_word_in_json() {
+    let cases = [
+        (Fake::Wrong(COHERENT), Fake::Right, "fixed", 0),
+        (Fake::Right, Fake::Right, "no-difference", 0),
+        (Fake::Right, Fake::Wrong(&["host-default"]), "worse", 1),
+        (
+            Fake::Wrong(COHERENT),
+            Fake::Wrong(&["host-mapped"]),
+            "not-fixed",
+            1,
+        ),
+        (Fake::NoDevice, Fake::NoDevice, "no-gpu", 2),
+        (Fake::Right, Fake::Crash, "inconclusive", 3),
+    ];
+    for (without, with, word, code) in cases {
+        let s = fake(without, with, 3, true);
+        let (c, out, _) = check(&s, &["--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!((c, v["verdict"].as_str()), (code, Some(word)), "{v:#}");
+        assert_eq!(v["exit_status"], code, "{v:#}");
+        assert!(
+            v["sentence"].as_str().is_some_and(|t| !t.is_empty()),
+            "{v:#}"
+        );
+        let placements = v["runs"]["without_rmcp"]["placements"].as_array().unwrap();
+        assert_eq!(placements.len(), 5, "{v:#}");
+    }
+}
+
+#[test]
 fn a_hung_run_is_killed_after_the_timeout() {
     let s = fake(Fake::Right, Fake::Hang, 3, true);
     let start = std::time::Instant::now();
