@@ -76,7 +76,8 @@ impl Redaction {
                 rules.push(("home directory", h, "~"));
             }
         }
-        for u in users.into_iter().filter(|u| !u.is_empty()) {
+        // `root` is no private detail, and a word the report uses ("topology root").
+        for u in users.into_iter().filter(|u| !u.is_empty() && u != "root") {
             rules.push(("user name", u, "<user>"));
         }
         let mut buf = [0u8; 256];
@@ -85,7 +86,7 @@ impl Redaction {
         if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
             let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
             let host = String::from_utf8_lossy(&buf[..end]).into_owned();
-            if !host.is_empty() {
+            if !host.is_empty() && !host.starts_with("localhost") {
                 if let Some((short, _)) = host.split_once('.') {
                     rules.push(("host name", host.clone(), "<host>"));
                     rules.push(("host name", short.to_string(), "<host>"));
@@ -506,8 +507,12 @@ mod tests {
     }
 
     #[test]
-    fn here_never_replaces_the_root_directory() {
+    fn here_never_replaces_the_root_directory_nor_root() {
         let red = Redaction::here();
-        assert!(red.rules.iter().all(|(_, v, _)| v != "/" && !v.is_empty()));
+        assert!(
+            red.rules
+                .iter()
+                .all(|(_, v, _)| v != "/" && v != "root" && !v.is_empty())
+        );
     }
 }
