@@ -484,7 +484,12 @@ fn missing_runtime_or_shim_is_127() {
 /// Whether this rmcp carries the GPU code; under CI its absence fails.
 fn has_kernels() -> bool {
     let out = rmcp()
-        .args(["check", "--json", "--runtime", "/"])
+        .args([
+            "check",
+            "--json",
+            "--runtime",
+            "/nonexistent/libamdhip64.so",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
