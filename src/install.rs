@@ -1,5 +1,5 @@
 //! Finding the files rmcp works with: the shim (`rmcp run`, `rmcp check`, doctor's `shim`
-//! check) and the field-check program (`rmcp check`).
+//! check).
 //!
 //! First match wins: the path the command-line option names, else the path the variable
 //! names, else the places relative to the rmcp executable (next to it, `../lib/`, and the

@@ -7,10 +7,11 @@
 //!   (its options, the RMCP_* values they set, the env(1) exit statuses);
 //! - `doctor/`: `rmcp doctor [--json] [--sysfs ROOT]`, what rmcp sees on this machine
 //!   (`doctor/mod.rs` lists its files);
-//! - `field_check`: `rmcp check`, which runs the field-check program without and with the
-//!   shim and compares;
+//! - `field_check/`: `rmcp check`, which measures atomics on the GPU without and with the
+//!   shim, with the runtime the user's framework uses, and compares;
+//! - `report`: `rmcp report`, what a field report needs (doctor, check, versions), redacted;
 //! - `preload`: LD_PRELOAD lists (putting the shim in, taking it out, recognising it);
-//! - `install`: finding the shim and the field-check program (option, variable, next to
+//! - `install`: finding the shim (option, variable, next to
 //!   rmcp, `../lib/`, the pip package);
 //! - `kernel`: `rmcp kernel install`, a Jupyter kernel spec with the shim preloaded;
 //! - `build_info`: the version and the commit rmcp was built from (`--version`, doctor).
@@ -33,6 +34,7 @@ mod field_check;
 mod install;
 mod kernel;
 mod preload;
+mod report;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -60,15 +62,18 @@ enum Command {
     Run(run::RunArgs),
     /// Check the GPUs, HIP runtimes, environment and driver settings that matter to rmcp.
     Doctor(doctor::DoctorArgs),
-    /// Run the field-check program without and with librmcp_shim.so and compare.
+    /// Measure atomics on coherent host memory on this GPU, without and with
+    /// librmcp_shim.so, and compare.
     Check(field_check::CheckArgs),
+    /// Write a field report (doctor, check, versions) as Markdown, private details redacted.
+    Report(report::ReportArgs),
     /// Jupyter kernel specs that start ipykernel with librmcp_shim.so preloaded.
     Kernel(kernel::KernelArgs),
 }
 
 /// The entry point (not in the unit-test binary, whose main is libtest's) and the start-up.
 mod startup {
-    use super::{Cli, Command, doctor, field_check, kernel, run};
+    use super::{Cli, Command, doctor, field_check, kernel, report, run};
     use clap::Parser;
 
     /// The process's entry point, called by the C runtime (glibc's `__libc_start_main`): the
@@ -100,6 +105,7 @@ mod startup {
             Command::Run(args) => run::run(args),
             Command::Doctor(args) => doctor::main(args),
             Command::Check(args) => field_check::main(args),
+            Command::Report(args) => report::main(args),
             Command::Kernel(args) => kernel::main(args),
         }
     }

@@ -1,15 +1,20 @@
-//! `rmcp check`: the verdict for each combination of the two runs, with a fake field-check
-//! program (a shell script whose output depends on whether LD_PRELOAD carries
-//! librmcp_shim.so), plus the real compiled program (examples/field-check), which on a
-//! machine without a GPU must say "no usable device" and exit 2.
+//! `rmcp check`: the verdict for each combination of the two runs, with a fake measurement
+//! (a shell script whose output depends on whether LD_PRELOAD carries librmcp_shim.so,
+//! run through the hidden `--measure-with`), then the real measurement: without a GPU it
+//! must say "no usable device" and exit 2; rmcp links no HIP soname; the runtime is the
+//! PyTorch-bundled one by default (a venv with a stand-in torch); and on the emulated GPU
+//! (tests/emulated-gpu) it must say `inconclusive`, because a GPU that runs no kernel gets
+//! the control placements wrong too.
 //!
-//! The shim is any existing file named librmcp_shim.so, as in cli_run.rs: the fake program
-//! only looks at LD_PRELOAD; ld.so complains on stderr that it cannot preload a non-ELF
-//! file and carries on.
+//! The fake's shim is any existing file named librmcp_shim.so, as in cli_run.rs: the fake
+//! program only looks at LD_PRELOAD; ld.so complains on stderr that it cannot preload a
+//! non-ELF file and carries on.
 
 use std::fmt::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use serde_json::Value;
 use std::process::{Command, Output};
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -159,7 +164,7 @@ fn rmcp() -> Command {
 fn check(s: &Setup, extra: &[&str]) -> (i32, String, String) {
     let out: Output = rmcp()
         .arg("check")
-        .arg("--binary")
+        .arg("--measure-with")
         .arg(&s.program)
         .arg("--shim")
         .arg(&s.shim)
@@ -280,20 +285,21 @@ fn right_without_wrong_with_is_worse() {
 }
 
 #[test]
-fn wrong_on_vram_is_more_than_the_coherence_failure() {
+fn a_wrong_control_placement_is_inconclusive() {
     assert_verdict(
         Fake::Wrong(&["vram", "host-default"]),
         Fake::Right,
-        0,
-        "includes placements rmcp does not change",
+        3,
+        "inconclusive: the control placement is wrong too (vram without rmcp)",
     );
-    assert_verdict(
+    let out = assert_verdict(
         Fake::Wrong(&["host-noncoherent"]),
         Fake::Wrong(&["host-noncoherent"]),
-        1,
-        "atomics are wrong on host-noncoherent, which includes placements rmcp does not change; \
-         with rmcp: not fixed",
+        3,
+        "inconclusive: the control placement is wrong too (host-noncoherent in both runs)",
     );
+    assert!(verdict_line(&out).contains("run it again"), "{out}");
+    assert!(out.contains("verdict word: inconclusive"), "{out}");
 }
 
 #[test]
@@ -322,6 +328,36 @@ fn a_failed_run_is_inconclusive() {
         3,
         "the run without rmcp failed: its output is not field-check output",
     );
+}
+
+#[test]
+fn each_verdict_has_its_word_in_json() {
+    let cases = [
+        (Fake::Wrong(COHERENT), Fake::Right, "fixed", 0),
+        (Fake::Right, Fake::Right, "no-difference", 0),
+        (Fake::Right, Fake::Wrong(&["host-default"]), "worse", 1),
+        (
+            Fake::Wrong(COHERENT),
+            Fake::Wrong(&["host-mapped"]),
+            "not-fixed",
+            1,
+        ),
+        (Fake::NoDevice, Fake::NoDevice, "no-gpu", 2),
+        (Fake::Right, Fake::Crash, "inconclusive", 3),
+    ];
+    for (without, with, word, code) in cases {
+        let s = fake(without, with, 3, true);
+        let (c, out, _) = check(&s, &["--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!((c, v["verdict"].as_str()), (code, Some(word)), "{v:#}");
+        assert_eq!(v["exit_status"], code, "{v:#}");
+        assert!(
+            v["sentence"].as_str().is_some_and(|t| !t.is_empty()),
+            "{v:#}"
+        );
+        let placements = v["runs"]["without_rmcp"]["placements"].as_array().unwrap();
+        assert_eq!(placements.len(), 5, "{v:#}");
+    }
 }
 
 #[test]
@@ -386,7 +422,7 @@ fn the_run_without_rmcp_has_no_shim_in_ld_preload() {
             format!("{}:/nonexistent/liba.so", other.display()),
         )
         .arg("check")
-        .arg("--binary")
+        .arg("--measure-with")
         .arg(&s.program)
         .arg("--shim")
         .arg(&s.shim)
@@ -409,128 +445,152 @@ fn the_run_without_rmcp_has_no_shim_in_ld_preload() {
 }
 
 #[test]
-fn missing_program_or_shim_is_127() {
+fn missing_runtime_or_shim_is_127() {
     let s = fake(Fake::Right, Fake::Right, 3, true);
     let out = rmcp()
         .args([
             "check",
-            "--binary",
-            "/nonexistent/rmcp-field-check",
+            "--runtime",
+            "/nonexistent/libamdhip64.so.6",
             "--shim",
         ])
         .arg(&s.shim)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(127), "{out:?}");
     let err = String::from_utf8(out.stderr).unwrap();
+    if err.contains("built without the GPU code") {
+        eprintln!("skipped: this rmcp was built without hipcc");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(127), "{err}");
     assert!(
-        err.contains("--binary: /nonexistent/rmcp-field-check"),
+        err.contains("/nonexistent/libamdhip64.so.6 (--runtime) does not exist"),
         "{err}"
     );
-    assert!(err.contains("examples/field-check/build.sh"), "{err}");
 
     let out = rmcp()
-        .env("RMCP_FIELD_CHECK", &s.program)
-        .args(["check", "--shim", "/nonexistent/librmcp_shim.so"])
+        .arg("check")
+        .arg("--measure-with")
+        .arg(&s.program)
+        .args(["--shim", "/nonexistent/librmcp_shim.so"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("librmcp_shim.so not found"));
 }
 
-// ---- the real program ----
+// ---- the real measurement ----
 
-/// The compiled field-check program: RMCP_FIELD_CHECK. Under CI its absence fails.
-fn real_program() -> Option<PathBuf> {
-    match std::env::var_os("RMCP_FIELD_CHECK").filter(|v| !v.is_empty()) {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            assert!(
-                p.is_file(),
-                "RMCP_FIELD_CHECK={} does not exist",
-                p.display()
-            );
-            Some(p)
-        }
-        None => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set but RMCP_FIELD_CHECK is not: build examples/field-check/build.sh \
-                 and point RMCP_FIELD_CHECK at the result"
-            );
-            eprintln!("skipped: RMCP_FIELD_CHECK is not set (examples/field-check/build.sh)");
-            None
-        }
+/// Whether this rmcp carries the GPU code; under CI its absence fails.
+fn has_kernels() -> bool {
+    let out = rmcp()
+        .args([
+            "check",
+            "--json",
+            "--runtime",
+            "/nonexistent/libamdhip64.so",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("built without the GPU code") {
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("apt-get install hipcc"), "{err}");
+        assert!(
+            std::env::var_os("CI").is_none() && std::env::var_os("RMCP_REQUIRE_REAL_HIP").is_none(),
+            "CI: rmcp was built without the GPU code of rmcp check (hipcc missing?)"
+        );
+        eprintln!("skipped: rmcp was built without hipcc (no GPU code for rmcp check)");
+        return false;
     }
+    true
 }
 
-fn clean(program: &Path) -> Command {
-    let mut c = Command::new(program);
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().into_owned();
-        if k.starts_with("RMCP_") || k == "LD_PRELOAD" || k.starts_with("HSA_") {
-            c.env_remove(&k);
-        }
+/// Debian's 5.2.3 runtime, the system one here; under CI its absence fails.
+fn system_runtime() -> Option<PathBuf> {
+    let p = PathBuf::from("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5");
+    if p.exists() {
+        return Some(p);
     }
-    c
+    assert!(
+        std::env::var_os("CI").is_none() && std::env::var_os("RMCP_REQUIRE_REAL_HIP").is_none(),
+        "CI: {} is missing (libamdhip64-5)",
+        p.display()
+    );
+    eprintln!(
+        "skipped: {} is missing (apt-get install libamdhip64-5)",
+        p.display()
+    );
+    None
 }
 
-/// No GPU here: the real program must say so, cleanly, with exit status 2.
+/// rmcp check --json with the real shim; (exit status, the JSON).
+fn check_json(cmd: &mut Command) -> (i32, Value) {
+    let out = cmd
+        .arg("check")
+        .arg("--json")
+        .arg("--shim")
+        .arg(rmcp_testkit::shim())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}):\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().expect("killed"), v)
+}
+
+/// No GPU here: the real measurement must say so, with exit status 2, in both runs.
 #[test]
-fn real_program_without_a_gpu_says_no_device() {
-    let Some(program) = real_program() else {
+fn without_a_gpu_the_check_says_no_gpu() {
+    if !has_kernels() || system_runtime().is_none() {
         return;
-    };
+    }
     if Path::new("/dev/kfd").exists() {
         eprintln!("skipped: /dev/kfd exists; this test is for machines without a GPU");
         return;
     }
-    for preload in [None, Some(rmcp_testkit::shim())] {
-        let mut c = clean(&program);
-        if let Some(s) = &preload {
-            c.env("LD_PRELOAD", s);
-        }
-        let out = c.output().unwrap();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        let stderr = String::from_utf8(out.stderr).unwrap();
+    let (code, v) = check_json(rmcp().env("RMCP_PYTHON", ""));
+    assert_eq!(code, 2, "{v:#}");
+    assert_eq!(v["verdict"], "no-gpu", "{v:#}");
+    assert_eq!(v["sentence"], "no usable GPU: nothing to check");
+    for (run, shim) in [("without_rmcp", "not loaded"), ("with_rmcp", "loaded /")] {
+        let r = &v["runs"][run];
         assert_eq!(
-            out.status.code(),
-            Some(2),
-            "stdout:\n{stdout}\nstderr:\n{stderr}"
+            r["device"], "none (hipGetDeviceCount: hipErrorNoDevice (100), 0 devices)",
+            "{v:#}"
         );
-        let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(lines[0], "field-check: 1", "{stdout}");
-        assert!(
-            lines.iter().any(|l| l.starts_with("hip-runtime: ")),
-            "{stdout}"
-        );
-        assert!(
-            lines.contains(&"device: none (hipGetDeviceCount: hipErrorNoDevice (100), 0 devices)"),
-            "{stdout}"
-        );
-        assert_eq!(
-            lines.last(),
-            Some(&"verdict: no usable device: nothing was run"),
-            "{stdout}"
-        );
-        let shim = if preload.is_some() {
-            "shim: loaded /"
-        } else {
-            "shim: not loaded"
-        };
-        assert!(lines.iter().any(|l| l.starts_with(shim)), "{stdout}");
-        // A clean message: no abort, no C++ exception, nothing on stderr but what the
-        // runtime itself may say.
-        for bad in ["terminate called", "Aborted", "Segmentation", "core dumped"] {
-            assert!(!stderr.contains(bad), "{stderr}");
+        assert!(r["shim"].as_str().unwrap().starts_with(shim), "{v:#}");
+        assert_eq!(r["ended"]["exit_status"], 2, "{v:#}");
+        for bad in ["terminate called", "Aborted", "Segmentation", "panicked"] {
+            assert!(!r["stderr"].as_str().unwrap().contains(bad), "{v:#}");
         }
     }
-
-    // rmcp check on the real program, with the real shim.
+    assert!(
+        v["runtime"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("5.2."),
+        "{v:#}"
+    );
+    let targets: Vec<&str> = v["kernels"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    for t in [
+        "gfx1010", "gfx1011", "gfx1012", "gfx1013", "gfx1030", "gfx1036", "gfx1100",
+    ] {
+        assert!(targets.contains(&t), "{targets:?}");
+    }
+    // The text form says the same.
     let out = rmcp()
+        .env("RMCP_PYTHON", "")
         .arg("check")
-        .arg("--binary")
-        .arg(&program)
         .arg("--shim")
         .arg(rmcp_testkit::shim())
         .output()
@@ -541,57 +601,186 @@ fn real_program_without_a_gpu_says_no_device() {
         verdict_line(&stdout),
         "verdict: no usable GPU: nothing to check"
     );
+    assert!(stdout.contains("verdict word: no-gpu"), "{stdout}");
 }
 
-/// The program reads the KFD topology as `rmcp doctor` does (tests/fixtures).
+/// rmcp opens the runtime with dlopen: its binary names no HIP library.
 #[test]
-fn real_program_reads_pcie_atomics_like_doctor() {
-    let Some(program) = real_program() else {
+fn rmcp_links_no_hip_soname() {
+    let out = Command::new("objdump").arg("-p").arg(RMCP).output();
+    let Ok(out) = out else {
+        eprintln!("skipped: objdump is missing (binutils)");
         return;
     };
-    let cases = [
-        (
-            "rdna1",
-            "0000:03:00.0",
-            "kfd: node 1 gfx1010 pcie-atomics unsupported (io_links flags [13])",
-        ),
-        (
-            "rdna2",
-            "0000:03:00.0",
-            "kfd: node 1 gfx1031 pcie-atomics supported (io_links flags [1])",
-        ),
-        (
-            "mixed",
-            "0000:0a:00.0",
-            "kfd: node 2 gfx1100 pcie-atomics supported (io_links flags [1])",
-        ),
-        (
-            "two-cpu-mixed-domain",
-            "0001:41:00.0",
-            "kfd: node 2 gfx1031 pcie-atomics unsupported (io_links flags [13])",
-        ),
-        (
-            "malformed",
-            "0000:03:00.0",
-            "kfd: node 1 gfx1010 pcie-atomics unknown (io_links flags [])",
-        ),
-        (
-            "rdna1",
-            "0000:04:00.0",
-            "kfd: unknown (no GPU node at 0000:04:00.0 under ",
-        ),
-    ];
-    for (fixture, pci, want) in cases {
-        let out = clean(&program)
-            .env("RMCP_SYSFS_ROOT", rmcp_testkit::fixture(fixture))
-            .args(["--kfd", pci])
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        assert!(out.status.success(), "{fixture}: {stdout}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("NEEDED"))
+        .map(str::trim)
+        .collect();
+    assert!(!needed.is_empty(), "{text}");
+    for n in &needed {
         assert!(
-            stdout.starts_with(want),
-            "{fixture} {pci}: got {stdout:?}, want {want:?}"
+            !n.contains("amdhip") && !n.contains("hsa") && !n.contains("hip"),
+            "rmcp needs {n}: {needed:?}"
         );
     }
+}
+
+/// A venv with a stand-in torch whose torch/lib holds a copy of the runtime: rmcp check
+/// measures with that copy, not with the system's; `--runtime` names another.
+#[test]
+fn the_pytorch_bundled_runtime_is_chosen_over_the_system_one() {
+    if !has_kernels() {
+        return;
+    }
+    let Some(system) = system_runtime() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("venv");
+    let st = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status();
+    if !st.is_ok_and(|s| s.success()) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: python3 -m venv failed"
+        );
+        eprintln!("skipped: python3 -m venv failed (python3-venv)");
+        return;
+    }
+    let sp = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("site-packages"))
+        .find(|p| p.is_dir())
+        .expect("the venv's site-packages");
+    let lib = sp.join("torch/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(sp.join("torch/__init__.py"), "").unwrap();
+    std::fs::write(
+        sp.join("torch/version.py"),
+        "__version__ = '2.4.0+rocm5.2'\nhip = '5.2'\n",
+    )
+    .unwrap();
+    let copy = lib.join("libamdhip64.so");
+    std::fs::copy(std::fs::canonicalize(&system).unwrap(), &copy).unwrap();
+    let copy = std::fs::canonicalize(&copy).unwrap();
+    // The venv's python first on PATH, as `source venv/bin/activate` makes it.
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let (_, v) = check_json(rmcp().env("PATH", &path).env_remove("RMCP_PYTHON"));
+    assert_eq!(v["runtime"]["chosen_by"], "PyTorch", "{v:#}");
+    assert_eq!(v["runtime"]["path"], copy.display().to_string(), "{v:#}");
+    assert_eq!(
+        v["runs"]["without_rmcp"]["runtime"],
+        copy.display().to_string()
+    );
+    assert_eq!(
+        v["runs"]["with_rmcp"]["runtime"],
+        copy.display().to_string()
+    );
+    // VIRTUAL_ENV alone (no python on PATH asked) finds it too.
+    let (_, v) = check_json(rmcp().env("VIRTUAL_ENV", &venv).env("RMCP_PYTHON", ""));
+    assert_eq!(v["runtime"]["path"], copy.display().to_string(), "{v:#}");
+    // --runtime wins.
+    let out = rmcp()
+        .env("PATH", &path)
+        .args(["check", "--json", "--shim"])
+        .arg(rmcp_testkit::shim())
+        .arg("--runtime")
+        .arg(&system)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runtime"]["chosen_by"], "--runtime", "{v:#}");
+    assert_eq!(
+        v["runtime"]["path"],
+        std::fs::canonicalize(&system)
+            .unwrap()
+            .display()
+            .to_string(),
+        "{v:#}"
+    );
+}
+
+/// On the emulated GPU (an RX 5700 XT, gfx1010, no PCIe atomics) the runtime finds the
+/// device, allocates, loads the kernels and launches them, but no kernel runs: every
+/// placement is wrong, the controls too, and the verdict must be `inconclusive`, never
+/// `fixed`. With rmcp the coherent hipHostMalloc calls were rewritten.
+#[test]
+fn on_the_emulated_gpu_the_verdict_is_inconclusive() {
+    if !has_kernels() || system_runtime().is_none() {
+        return;
+    }
+    let Some(emugpu) = rmcp_testkit::emugpu_lib() else {
+        eprintln!("skipped: libemugpu.so not built (libdrm-dev missing)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("emu.jsonl");
+    let (code, v) = check_json(
+        rmcp()
+            .env("RMCP_PYTHON", "")
+            .env("LD_PRELOAD", &emugpu)
+            .env("EMUGPU_FIXTURE", rmcp_testkit::fixture("rdna1"))
+            .env("EMUGPU_LOG", &log),
+    );
+    assert_eq!(code, 3, "{v:#}");
+    assert_eq!(v["verdict"], "inconclusive", "{v:#}");
+    let sentence = v["sentence"].as_str().unwrap();
+    assert!(
+        sentence.contains("the control placement is wrong too")
+            && sentence.contains("ran no kernel"),
+        "{sentence}"
+    );
+    assert!(v["device"].as_str().unwrap().contains("gfx1010"), "{v:#}");
+    assert!(
+        v["kfd"]
+            .as_str()
+            .unwrap()
+            .contains("pcie-atomics unsupported"),
+        "{v:#}"
+    );
+    for run in ["without_rmcp", "with_rmcp"] {
+        let r = &v["runs"][run];
+        assert_eq!(r["kernels"], "loaded (15 targets)", "{run}: {v:#}");
+        for p in r["placements"].as_array().unwrap() {
+            assert_eq!(p["wrong"], true, "{run}: {p}");
+        }
+    }
+    assert_eq!(v["rewrites"]["rewritten"], 15, "{v:#}");
+    // What reached the driver: the coherent placements' hipHostMalloc allocations were
+    // COHERENT in the first run only (one main thread per run, in order).
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut per_thread: Vec<(u64, usize, usize)> = Vec::new();
+    for l in text.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(l) else {
+            continue;
+        };
+        if e["api"] != "hipHostMalloc" || e["ioctl"] != "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU" {
+            continue;
+        }
+        let tid = e["tid"].as_u64().unwrap();
+        let coherent = e["flag_names"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|n| n == "COHERENT"));
+        match per_thread.iter_mut().find(|t| t.0 == tid) {
+            Some(t) => {
+                t.1 += 1;
+                t.2 += usize::from(coherent);
+            }
+            None => per_thread.push((tid, 1, usize::from(coherent))),
+        }
+    }
+    let counts: Vec<(usize, usize)> = per_thread.iter().map(|t| (t.1, t.2)).collect();
+    assert_eq!(
+        counts,
+        [(20, 15), (20, 0)],
+        "(allocations, COHERENT) per run"
+    );
 }

@@ -116,6 +116,38 @@ def test_no_rust_on_path_and_the_cli_comes_from_the_venv():
     assert run([sys.executable, "-m", "rmcp_rdna", "--version"], dict(os.environ)).stdout == out
 
 
+# The targets rmcp check's GPU code must cover (build.rs's list): every GPU rmcp rewrites
+# for by default, and the RDNA3 controls.
+CHECK_TARGETS = [f"gfx101{i}" for i in range(4)] + [f"gfx103{i}" for i in range(7)] + [
+    f"gfx110{i}" for i in range(4)
+]
+
+
+def test_the_check_gpu_code_is_inside():
+    """rmcp check needs no compiler: the wheel's rmcp carries the offload bundle, with a
+    code object for every target, and says so in `rmcp check --json`."""
+    with open(os.path.realpath(RMCP), "rb") as f:
+        data = f.read()
+    assert b"__CLANG_OFFLOAD_BUNDLE__" in data
+    for t in CHECK_TARGETS:
+        assert f"hipv4-amdgcn-amd-amdhsa--{t}".encode() in data, t
+    # With the system's runtime (Debian's 5.2.3, when installed) and no GPU: both runs
+    # load it and find no device.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RMCP_") and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")
+    }
+    env.update(RMCP_PYTHON="")
+    p = run([RMCP, "check", "--json"], env, check=False)
+    assert "built without" not in p.stderr, p.stderr
+    out = json.loads(p.stdout)
+    assert sorted(out["kernels"]["targets"]) == sorted(CHECK_TARGETS), out
+    assert out["kernels"]["code_object_version"] == 4, out
+    if os.path.exists("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5") and not os.path.exists("/dev/kfd"):
+        assert (p.returncode, out["verdict"]) == (2, "no-gpu"), out
+
+
 def test_doctor_finds_the_shim_in_the_package(tmp_path):
     p = run([RMCP, "doctor", "--json", "--sysfs", SYSFS], base_env(tmp_path), check=False)
     report = json.loads(p.stdout)

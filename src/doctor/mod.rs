@@ -87,6 +87,24 @@ pub fn diagnose(args: &DoctorArgs) -> Report {
     run_all(&roots, &cfg, &args.scan)
 }
 
+/// The Python site-packages directories doctor reads: python3's (or RMCP_PYTHON's), then
+/// the active VIRTUAL_ENV's and CONDA_PREFIX's. `rmcp check` takes PyTorch's runtime from
+/// the same list.
+pub fn python_site_packages() -> Vec<PathBuf> {
+    let mut site_packages = runtimes::site_packages();
+    for sp in runtimes::env_site_packages() {
+        if !site_packages.contains(&sp) {
+            site_packages.push(sp);
+        }
+    }
+    site_packages
+}
+
+/// The version in a runtime's file name (`libamdhip64.so.6.4.60403` -> `6.4.60403`).
+pub fn runtime_version_from_name(name: &str) -> Option<String> {
+    runtimes::version_from_name(name)
+}
+
 /// Runs every check, in the order of the report.
 fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
     let mut findings = Vec::new();
@@ -111,12 +129,7 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
     setup::rmcp_config(cfg, &mut findings);
     setup::ld_preload(&mut findings);
     setup::shim(&mut findings);
-    let mut site_packages = runtimes::site_packages();
-    for sp in runtimes::env_site_packages() {
-        if !site_packages.contains(&sp) {
-            site_packages.push(sp);
-        }
-    }
+    let site_packages = python_site_packages();
     let libraries = runtimes::search(&site_packages);
     runtimes::findings(&libraries, &mut findings);
     let scanned = code_objects::scan(scan, &site_packages);
@@ -157,6 +170,19 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
         code_objects: code_rows,
         findings,
     }
+}
+
+/// The doctor's report for `rmcp report`: the human text (no colour) and the JSON value;
+/// None when doctor failed (a check panicked).
+pub fn for_report() -> Option<(String, serde_json::Value)> {
+    let args = DoctorArgs {
+        json: true,
+        sysfs: None,
+        scan: Vec::new(),
+    };
+    let report = std::panic::catch_unwind(|| diagnose(&args)).ok()?;
+    let value = serde_json::to_value(&report).ok()?;
+    Some((render::human(&report, false), value))
 }
 
 /// `rmcp doctor`.

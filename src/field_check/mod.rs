@@ -1,13 +1,21 @@
-//! `rmcp check`: run the field-check program (examples/field-check) twice, without and
-//! with librmcp_shim.so, show the two outputs side by side and say what they mean.
+//! `rmcp check`: measures, on the user's GPU and with the HIP runtime their framework uses,
+//! whether device atomics on coherent host memory are right, without and with
+//! librmcp_shim.so, shows the two runs side by side and says what they mean.
 //!
-//! Nothing is built here: the program comes from `examples/field-check/build.sh` (hipcc).
+//! - `measure`: the measurement, run in a child process (`rmcp check --measure`) so that the
+//!   shim can be preloaded into one run and not the other; it opens the runtime with
+//!   dlopen (no HIP soname is linked) and launches the GPU code of `kernels` (built by
+//!   build.rs from `kernels.hip`, embedded in rmcp);
+//! - `runtime`: which runtime (`--runtime`, PyTorch's, TheRock's, the loader's);
+//! - this file: the options, the two runs, reading their output, the verdict (a fixed word
+//!   and a sentence) and the exit status, as text or `--json`.
+//!
 //! The run without rmcp gets LD_PRELOAD minus any librmcp_shim.so; the run with rmcp gets
 //! LD_PRELOAD as `rmcp run` makes it, RMCP_MODE=auto (or force with --force), RMCP_LOG=info
 //! and an RMCP_STATS_FILE in a private temporary directory, whose hipHostMalloc counters
 //! say whether the shim rewrote anything.
 //!
-//! (The file is named for the program it runs, not for the subcommand, so that it is not
+//! (The folder is named for the field check, not for the subcommand, so that it is not
 //! taken for doctor's checks.)
 
 use std::collections::BTreeSet;
@@ -18,17 +26,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::install::Wanted;
+use serde_json::{Value, json};
+
 use crate::preload;
-use crate::run::{self, EXIT_NOT_FOUND};
+use crate::run;
+
+mod kernels;
+mod measure;
+mod runtime;
 
 /// The options of `rmcp check`.
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// The field-check program (default: $RMCP_FIELD_CHECK, else rmcp-field-check next to
-    /// rmcp).
+    /// The HIP runtime to measure with (default: the one bundled with the PyTorch `rmcp
+    /// doctor` finds, torch/lib or TheRock's _rocm_sdk_core; else the one the dynamic loader
+    /// finds).
     #[arg(long, value_name = "PATH")]
-    pub binary: Option<PathBuf>,
+    pub runtime: Option<PathBuf>,
     /// Path of librmcp_shim.so (default: $RMCP_SHIM, else next to rmcp, else ../lib/).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
@@ -39,19 +53,16 @@ pub struct CheckArgs {
     /// Seconds each run may take before it is killed.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub timeout: u64,
+    /// Print one JSON object (both runs, the runtime, the device, the verdict) instead.
+    #[arg(long)]
+    pub json: bool,
+    /// The measurement itself, in the child process each run is.
+    #[arg(long, hide = true)]
+    pub measure: bool,
+    /// Tests only: run PROGRAM (no arguments) in place of the measurement.
+    #[arg(long, hide = true, value_name = "PROGRAM")]
+    pub measure_with: Option<PathBuf>,
 }
-
-/// File name of the field-check program.
-pub const FIELD_CHECK_NAME: &str = "rmcp-field-check";
-
-/// The program: `--binary`, else `RMCP_FIELD_CHECK`, else next to rmcp. Nothing about the
-/// machine rmcp was built on is used (no path into its source tree).
-pub const FIELD_CHECK: Wanted = Wanted {
-    file_name: FIELD_CHECK_NAME,
-    option: "--binary",
-    variable: "RMCP_FIELD_CHECK",
-    beside_rmcp: &[("next to rmcp", &[])],
-};
 
 /// Exit statuses of `rmcp check` (docs/field-check.md).
 pub const EXIT_RIGHT_WITH_RMCP: u8 = 0;
@@ -59,14 +70,17 @@ pub const EXIT_WRONG_WITH_RMCP: u8 = 1;
 pub const EXIT_NO_GPU: u8 = 2;
 pub const EXIT_INCONCLUSIVE: u8 = 3;
 
-/// Exit statuses of the field-check program (examples/field-check/field_check.hip).
-const FC_RIGHT: i32 = 0;
-const FC_WRONG: i32 = 1;
-const FC_NO_DEVICE: i32 = 2;
-const FC_INCOMPLETE: i32 = 3;
+/// Exit statuses of the measurement (measure.rs).
+const FC_RIGHT: i32 = measure::RIGHT as i32;
+const FC_WRONG: i32 = measure::WRONG as i32;
+const FC_NO_DEVICE: i32 = measure::NO_DEVICE as i32;
+const FC_INCOMPLETE: i32 = measure::INCOMPLETE as i32;
+const FC_NO_RUNTIME: i32 = measure::NO_RUNTIME as i32;
 
 /// The hipHostMalloc placements that are coherent unless rmcp rewrites them.
 const COHERENT_PLACEMENTS: [&str; 3] = ["host-default", "host-mapped", "host-coherent"];
+/// The placements the failure does not touch, and rmcp does not change: the controls.
+const CONTROL_PLACEMENTS: [&str; 2] = ["vram", "host-noncoherent"];
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +166,15 @@ impl RunOutput {
         }
     }
 
+    /// The placements whose every slot kept its initial value (the `unchanged` line).
+    fn unchanged(&self) -> BTreeSet<String> {
+        self.get("unchanged")
+            .unwrap_or("")
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    }
+
     /// (placement, Ok(bad) | Err(message)) per result line.
     fn results(&self) -> Vec<(String, Result<u64, String>)> {
         self.lines
@@ -209,6 +232,10 @@ pub fn classify(r: &RunOutput) -> Class {
         }
         Ended::Exited(FC_WRONG) if !wrong.is_empty() => Class::Wrong(wrong),
         Ended::Exited(FC_NO_DEVICE) => Class::NoDevice,
+        Ended::Exited(FC_NO_RUNTIME) => Class::Failed(format!(
+            "it could not load the HIP runtime ({})",
+            r.get("runtime").unwrap_or("no runtime line")
+        )),
         Ended::Exited(FC_INCOMPLETE) if !errors.is_empty() => Class::Failed(format!(
             "HIP calls failed on {} (see the error lines)",
             list(&errors)
@@ -230,10 +257,6 @@ fn names(s: &BTreeSet<String>) -> String {
     s.iter().cloned().collect::<Vec<_>>().join(", ")
 }
 
-fn only_coherent(s: &BTreeSet<String>) -> bool {
-    s.iter().all(|p| COHERENT_PLACEMENTS.contains(&p.as_str()))
-}
-
 /// What rmcp's stats file says about hipHostMalloc: (calls, rewritten).
 pub fn rewritten_host_mallocs(stats: &str) -> Option<(u64, u64)> {
     let v: serde_json::Value = serde_json::from_str(stats).ok()?;
@@ -241,53 +264,104 @@ pub fn rewritten_host_mallocs(stats: &str) -> Option<(u64, u64)> {
     Some((h.get("calls")?.as_u64()?, h.get("rewritten")?.as_u64()?))
 }
 
-/// The verdict on the two runs, and rmcp check's exit status.
+/// The verdict: a fixed word, the sentence, and rmcp check's exit status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// `fixed`, `no-difference`, `worse`, `not-fixed`, `inconclusive` or `no-gpu`.
+    pub word: &'static str,
+    pub text: String,
+    pub status: u8,
+}
+
+fn v(word: &'static str, text: String, status: u8) -> Verdict {
+    Verdict { word, text, status }
+}
+
+fn inconclusive(text: String) -> Verdict {
+    v(
+        "inconclusive",
+        format!("inconclusive: {text}"),
+        EXIT_INCONCLUSIVE,
+    )
+}
+
+/// The verdict on the two runs.
 pub fn verdict(
     without: &RunOutput,
     with: &RunOutput,
     rewrites: Option<(u64, u64)>,
     force: bool,
-) -> (String, u8) {
+) -> Verdict {
     let (a, b) = (classify(without), classify(with));
     if let Class::Failed(why) = &a {
-        return (
-            format!("inconclusive: the run without rmcp failed: {why}"),
-            EXIT_INCONCLUSIVE,
-        );
+        return inconclusive(format!("the run without rmcp failed: {why}"));
     }
     if let Class::Failed(why) = &b {
-        return (
-            format!("inconclusive: the run with rmcp failed: {why}"),
-            EXIT_INCONCLUSIVE,
-        );
+        return inconclusive(format!("the run with rmcp failed: {why}"));
     }
     match (&a, &b) {
         (Class::NoDevice, Class::NoDevice) => {
-            return ("no usable GPU: nothing to check".into(), EXIT_NO_GPU);
+            return v(
+                "no-gpu",
+                "no usable GPU: nothing to check".into(),
+                EXIT_NO_GPU,
+            );
         }
         (Class::NoDevice, _) | (_, Class::NoDevice) => {
-            return (
-                "inconclusive: one run found a usable GPU and the other did not".into(),
-                EXIT_INCONCLUSIVE,
-            );
+            return inconclusive("one run found a usable GPU and the other did not".into());
         }
         _ => {}
     }
     if without.shim_loaded() != Some(false) {
-        return (
-            "inconclusive: librmcp_shim.so was loaded in the run without rmcp (is it in \
-             /etc/ld.so.preload?)"
+        return inconclusive(
+            "librmcp_shim.so was loaded in the run without rmcp (is it in /etc/ld.so.preload?)"
                 .into(),
-            EXIT_INCONCLUSIVE,
         );
     }
     if with.shim_loaded() != Some(true) {
-        return (
-            "inconclusive: librmcp_shim.so was not loaded in the run with rmcp (a setuid \
-             program, or a statically linked one, ignores LD_PRELOAD)"
+        return inconclusive(
+            "librmcp_shim.so was not loaded in the run with rmcp (a setuid program, or a \
+             statically linked one, ignores LD_PRELOAD)"
                 .into(),
-            EXIT_INCONCLUSIVE,
         );
+    }
+    // A control wrong: the GPU gets atomics wrong where the coherence failure cannot be,
+    // so nothing this measures can be put down to coherent memory, nor a change to rmcp.
+    let controls = |c: &Class| match c {
+        Class::Wrong(w) => w
+            .iter()
+            .filter(|p| CONTROL_PLACEMENTS.contains(&p.as_str()))
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        _ => BTreeSet::new(),
+    };
+    let (ca, cb) = (controls(&a), controls(&b));
+    if !ca.is_empty() || !cb.is_empty() {
+        let runs = match (ca.is_empty(), cb.is_empty()) {
+            (false, false) if ca == cb => format!("{} in both runs", names(&ca)),
+            (false, false) => format!("{} without rmcp, {} with rmcp", names(&ca), names(&cb)),
+            (false, true) => format!("{} without rmcp", names(&ca)),
+            _ => format!("{} with rmcp", names(&cb)),
+        };
+        let host: BTreeSet<String> = measure::PLACEMENTS
+            .iter()
+            .filter(|p| p.1)
+            .map(|p| p.0.to_string())
+            .collect();
+        let untouched = [without, with]
+            .iter()
+            .all(|r| host.is_subset(&r.unchanged()));
+        let why = if untouched {
+            "; every slot in host memory kept the value it started with, in both runs: the \
+             GPU ran no kernel (an emulated GPU, or a broken driver)"
+        } else {
+            "; run it again, and if it stays so, this GPU's atomics are wrong beyond what rmcp \
+             is about"
+        };
+        return inconclusive(format!(
+            "the control placement is wrong too ({runs}): atomics go wrong on memory the \
+             coherence failure does not touch, so this cannot show it{why}"
+        ));
     }
     let nothing_rewritten = matches!(rewrites, Some((_, 0)));
     let hint = if nothing_rewritten && !force {
@@ -299,14 +373,16 @@ pub fn verdict(
         ""
     };
     match (a, b) {
-        (Class::Right, Class::Right) => (
+        (Class::Right, Class::Right) => v(
+            "no-difference",
             format!(
                 "no difference on this platform: atomics were right on every placement, \
                  without and with rmcp{hint}"
             ),
             EXIT_RIGHT_WITH_RMCP,
         ),
-        (Class::Wrong(w), Class::Right) if only_coherent(&w) => (
+        (Class::Wrong(w), Class::Right) => v(
+            "fixed",
             format!(
                 "this platform corrupts atomics on coherent host memory; with rmcp: fixed \
                  (wrong without rmcp: {})",
@@ -314,16 +390,8 @@ pub fn verdict(
             ),
             EXIT_RIGHT_WITH_RMCP,
         ),
-        (Class::Wrong(w), Class::Right) => (
-            format!(
-                "atomics were wrong without rmcp on {}, which includes placements rmcp does not \
-                 change; with rmcp every placement was right. Run it again: this looks like \
-                 more than the coherent-memory failure",
-                names(&w)
-            ),
-            EXIT_RIGHT_WITH_RMCP,
-        ),
-        (Class::Right, Class::Wrong(w)) => (
+        (Class::Right, Class::Wrong(w)) => v(
+            "worse",
             format!(
                 "atomics were right without rmcp but wrong with rmcp on {}: rmcp made it worse; \
                  please report this",
@@ -332,14 +400,6 @@ pub fn verdict(
             EXIT_WRONG_WITH_RMCP,
         ),
         (Class::Wrong(w0), Class::Wrong(w1)) => {
-            let what = if only_coherent(&w0) {
-                "this platform corrupts atomics on coherent host memory".to_string()
-            } else {
-                format!(
-                    "atomics are wrong on {}, which includes placements rmcp does not change",
-                    names(&w0)
-                )
-            };
             let with = if w1 == w0 {
                 format!("not fixed (still wrong: {}){hint}", names(&w1))
             } else if w1.is_subset(&w0) {
@@ -347,7 +407,13 @@ pub fn verdict(
             } else {
                 format!("wrong on {}{hint}", names(&w1))
             };
-            (format!("{what}; with rmcp: {with}"), EXIT_WRONG_WITH_RMCP)
+            v(
+                "not-fixed",
+                format!(
+                    "this platform corrupts atomics on coherent host memory; with rmcp: {with}"
+                ),
+                EXIT_WRONG_WITH_RMCP,
+            )
         }
         _ => unreachable!("failed and no-device runs were handled above"),
     }
@@ -356,12 +422,14 @@ pub fn verdict(
 /// Runs `program` with `env` changes, capturing its output, killing it after `timeout`.
 fn run_captured(
     program: &Path,
+    args: &[OsString],
     ld_preload: Option<&OsStr>,
     env: &[(&str, OsString)],
     timeout: Duration,
 ) -> std::io::Result<RunOutput> {
     let mut cmd = Command::new(program);
-    cmd.stdin(Stdio::null())
+    cmd.args(args)
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     match ld_preload {
@@ -468,20 +536,142 @@ impl Drop for TempDir {
     }
 }
 
+/// `50221153` (hipRuntimeGetVersion) -> `5.2.21153`.
+fn hip_version(v: &str) -> Option<String> {
+    let n: u64 = v.trim().parse().ok()?;
+    Some(format!(
+        "{}.{}.{}",
+        n / 10_000_000,
+        (n / 100_000) % 100,
+        n % 100_000
+    ))
+}
+
+/// `asked 0x0 runtime 0x80000000` -> {"asked", "runtime", "noncoherent"}; anything else as
+/// it was printed.
+fn flags_json(line: Option<&str>) -> Value {
+    let Some(line) = line else {
+        return Value::Null;
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["asked", asked, "runtime", got] if got.starts_with("0x") => {
+            let bits = u32::from_str_radix(got.trim_start_matches("0x"), 16).ok();
+            json!({
+                "asked": asked,
+                "runtime": got,
+                "noncoherent": bits.map(|b| b & 0x8000_0000 != 0),
+            })
+        }
+        _ => json!({ "text": line }),
+    }
+}
+
+/// One run as JSON: its facts, each placement's results and recorded flags, its end.
+fn run_json(r: &RunOutput) -> Value {
+    let results = r.results();
+    let placements: Vec<Value> = measure::PLACEMENTS
+        .iter()
+        .map(|(name, host, _)| {
+            let mut ops = serde_json::Map::new();
+            for (k, val) in &r.lines {
+                let mut it = k.splitn(2, ' ');
+                if it.next() == Some(name) {
+                    if let Some(op) = it.next().filter(|o| o.starts_with("atomic")) {
+                        let one = match val.split_once('/') {
+                            Some((bad, total)) if bad.parse::<u64>().is_ok() => json!({
+                                "bad": bad.parse::<u64>().ok(),
+                                "total": total.parse::<u64>().ok(),
+                            }),
+                            _ => json!({ "error": val.strip_prefix("error: ").unwrap_or(val) }),
+                        };
+                        ops.insert(op.to_string(), one);
+                    }
+                }
+            }
+            let wrong = results
+                .iter()
+                .any(|(p, x)| p == name && matches!(x, Ok(b) if *b > 0));
+            json!({
+                "name": name,
+                "coherent_unless_rewritten": COHERENT_PLACEMENTS.contains(name),
+                "flags": if *host { flags_json(r.get(&format!("flags {name}"))) } else { Value::Null },
+                "results": ops,
+                "wrong": wrong,
+            })
+        })
+        .collect();
+    let ended = match &r.ended {
+        Ended::Exited(c) => json!({ "exit_status": c }),
+        Ended::Signal(s) => json!({ "signal": s }),
+        Ended::TimedOut(t) => json!({ "timed_out_after_seconds": t }),
+    };
+    json!({
+        "runtime": r.get("runtime"),
+        "hip_runtime_version": r.get("hip-runtime"),
+        "shim": r.get("shim"),
+        "device": r.get("device"),
+        "kfd": r.get("kfd"),
+        "kernels": r.get("kernels"),
+        "placements": placements,
+        "unchanged": r.unchanged(),
+        "verdict": r.get("verdict"),
+        "ended": ended,
+        "stderr": r.stderr,
+    })
+}
+
+/// Says that this rmcp has no GPU code, and how to get one that has; exit status 2.
+fn no_kernels(json_out: bool) -> u8 {
+    let msg = "this rmcp was built without the GPU code of `rmcp check` (no hipcc was found \
+               when it was built). Install the rmcp-rdna wheel, which carries it, or install \
+               hipcc (Debian/Ubuntu: apt-get install hipcc; or HIPCC=/opt/rocm/bin/hipcc) and \
+               rebuild: touch build.rs && cargo build --release";
+    if json_out {
+        println!(
+            "{}",
+            json!({ "verdict": Value::Null, "exit_status": EXIT_NO_GPU, "error": msg })
+        );
+    }
+    eprintln!("rmcp check: {msg}");
+    EXIT_NO_GPU
+}
+
 /// Runs `rmcp check`; returns its exit status.
 pub fn main(args: CheckArgs) -> u8 {
-    let search = FIELD_CHECK.search_here(args.binary.as_deref());
-    let Some(program) = search.found.clone() else {
-        eprintln!(
-            "rmcp: {FIELD_CHECK_NAME} not found; looked at {}. Build it with \
-             examples/field-check/build.sh (needs hipcc; it writes \
-             examples/field-check/build/{FIELD_CHECK_NAME}), then give its path with \
-             --binary PATH or RMCP_FIELD_CHECK, or put it next to rmcp.",
-            search.describe_tried()
-        );
-        return EXIT_NOT_FOUND;
+    if args.measure {
+        return measure::main(args.runtime.as_deref());
+    }
+    if args.measure_with.is_none() && !kernels::present() {
+        return no_kernels(args.json);
+    }
+    let choice = runtime::choose(
+        args.runtime.as_deref(),
+        &crate::doctor::python_site_packages(),
+    );
+    if let Some(p) = choice.path.as_deref().filter(|p| !p.exists()) {
+        eprintln!("rmcp check: {} ({}) does not exist", p.display(), choice.by);
+        return run::EXIT_NOT_FOUND;
+    }
+    let (program, child_args): (PathBuf, Vec<OsString>) = match &args.measure_with {
+        Some(p) => (std::path::absolute(p).unwrap_or(p.clone()), Vec::new()),
+        None => {
+            let exe = match std::env::current_exe() {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("rmcp check: cannot find the rmcp executable: {e}");
+                    return run::EXIT_FAILED;
+                }
+            };
+            let mut a: Vec<OsString> = vec!["check".into(), "--measure".into()];
+            if let Some(p) = &choice.path {
+                let p = std::path::absolute(p).unwrap_or(p.clone());
+                a.push("--runtime".into());
+                a.push(p.into_os_string());
+            }
+            (exe, a)
+        }
     };
-    let program = std::path::absolute(&program).unwrap_or(program);
     let shim = match run::shim_for_preload(args.shim.as_deref()) {
         Ok(p) => p,
         Err(status) => return status,
@@ -498,11 +688,6 @@ pub fn main(args: CheckArgs) -> u8 {
     let timeout = Duration::from_secs(args.timeout);
     let ld_preload = std::env::var_os("LD_PRELOAD");
 
-    println!("rmcp check");
-    println!("  program  {}", program.display());
-    println!("  shim     {} (RMCP_MODE={mode})", shim.display());
-    println!();
-
     let without = preload::without_shim(ld_preload.as_deref());
     let with = preload::with_shim(&shim, ld_preload.as_deref());
     let with_env = [
@@ -515,7 +700,7 @@ pub fn main(args: CheckArgs) -> u8 {
         ("without rmcp", without.as_deref(), &[][..]),
         ("with rmcp", Some(with.as_os_str()), &with_env[..]),
     ] {
-        match run_captured(&program, ld, env, timeout) {
+        match run_captured(&program, &child_args, ld, env, timeout) {
             Ok(o) => outputs.push(o),
             Err(e) => {
                 eprintln!("rmcp: {} ({label}): {e}", program.display());
@@ -527,7 +712,70 @@ pub fn main(args: CheckArgs) -> u8 {
     let rewrites = std::fs::read_to_string(&stats)
         .ok()
         .and_then(|s| rewritten_host_mallocs(&s));
+    let verdict = verdict(a, b, rewrites, args.force);
+    let used = a.get("runtime").or(b.get("runtime")).unwrap_or("unknown");
+    let version = a
+        .get("hip-runtime")
+        .or(b.get("hip-runtime"))
+        .and_then(hip_version);
 
+    if args.json {
+        let file_version = Path::new(used)
+            .file_name()
+            .and_then(|n| crate::doctor::runtime_version_from_name(&n.to_string_lossy()));
+        let out = json!({
+            "rmcp": crate::build_info::VERSION,
+            "commit": crate::build_info::commit(),
+            "verdict": verdict.word,
+            "sentence": verdict.text,
+            "exit_status": verdict.status,
+            "runtime": {
+                "path": used,
+                "chosen_by": choice.by,
+                "asked_for": choice.path.as_ref().map(|p| p.display().to_string()),
+                "version": version,
+                "file_version": file_version,
+            },
+            "device": a.get("device").or(b.get("device")),
+            "kfd": a.get("kfd").or(b.get("kfd")),
+            "kernels": {
+                "targets": kernels::targets(),
+                "compiler": kernels::compiler(),
+                "code_object_version": kernels::CODE_OBJECT_VERSION,
+            },
+            "shim": shim.display().to_string(),
+            "mode": mode,
+            "rewrites": rewrites.map(|(calls, rewritten)| json!({
+                "hipHostMalloc_calls": calls,
+                "rewritten": rewritten,
+            })),
+            "runs": { "without_rmcp": run_json(a), "with_rmcp": run_json(b) },
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return verdict.status;
+    }
+
+    println!("rmcp check");
+    println!(
+        "  runtime  {used} ({}{})",
+        choice.by,
+        version
+            .as_deref()
+            .map(|v| format!(", HIP {v}"))
+            .unwrap_or_default()
+    );
+    if args.measure_with.is_some() {
+        println!("  program  {}", program.display());
+    } else {
+        println!(
+            "  kernels  {} targets, code object v{} ({})",
+            kernels::targets().len(),
+            kernels::CODE_OBJECT_VERSION,
+            kernels::compiler()
+        );
+    }
+    println!("  shim     {} (RMCP_MODE={mode})", shim.display());
+    println!();
     print!("{}", side_by_side(a, b));
     match rewrites {
         Some((calls, rewritten)) => println!(
@@ -538,7 +786,7 @@ pub fn main(args: CheckArgs) -> u8 {
     }
     print_stderr("without rmcp", a);
     print_stderr("with rmcp", b);
-    let (text, status) = verdict(a, b, rewrites, args.force);
-    println!("\nverdict: {text}");
-    status
+    println!("\nverdict: {}", verdict.text);
+    println!("verdict word: {}", verdict.word);
+    verdict.status
 }
