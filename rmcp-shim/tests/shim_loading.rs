@@ -378,38 +378,30 @@ fn get_driver_entry_point_on_a_runtime_without_it_answers_302() {
 
 /// The two files users copy ("keep the two side by side"): copied with `cp -a` (which keeps
 /// a link a link) into a fresh directory, the front still maps its body there and the
-/// runtime receives NonCoherent. The pair is the one in target/<profile> where `cargo build`
-/// put the body there as a file, else the one in deps/ the tests preload. In target/release
-/// the body is never a link (rmcp-shim's build.rs; scripts/newcomer runs this test there,
-/// after README's commands and `cargo build --release`).
+/// runtime receives NonCoherent. The pair is the one beside the shim under test (deps/, or
+/// wherever RMCP_TEST_SHIM points: scripts/newcomer points it at target/release after
+/// README's commands and `cargo build --release`); in a `release` directory the body must be
+/// a regular file, never a link (rmcp-shim's build.rs).
 #[test]
 fn the_pair_copied_with_cp_a_still_rewrites() {
-    let deps_front = shim();
-    let profile = deps_front.parent().and_then(|d| d.parent()).unwrap();
-    let uplifted = profile.join("librmcp_shim_body.so");
-    let is_link = uplifted
-        .symlink_metadata()
-        .is_ok_and(|m| m.file_type().is_symlink());
-    if profile.file_name().is_some_and(|n| n == "release") {
-        assert!(!is_link, "{} is a link", uplifted.display());
+    let front = shim();
+    let dir = front.parent().unwrap();
+    let body = dir.join("librmcp_shim_body.so");
+    if dir.file_name().is_some_and(|n| n == "release") {
+        let m = body.symlink_metadata().unwrap();
+        assert!(m.file_type().is_file(), "{}: {m:?}", body.display());
     }
-    let dir = if uplifted.is_file() && !is_link {
-        profile.to_path_buf()
-    } else {
-        deps_front.parent().unwrap().to_path_buf()
-    };
     let copy = tempfile::tempdir().unwrap();
     let st = std::process::Command::new("cp")
         .arg("-a")
-        .arg(dir.join("librmcp_shim.so"))
-        .arg(dir.join("librmcp_shim_body.so"))
+        .arg(&front)
+        .arg(&body)
         .arg(copy.path())
         .status()
         .unwrap();
     assert!(st.success());
-    let front = copy.path().join("librmcp_shim.so");
     let out = Run::probe(6)
-        .env("LD_PRELOAD", &front)
+        .env("LD_PRELOAD", copy.path().join("librmcp_shim.so"))
         .args(["hipHostMalloc:4096:0"])
         .run();
     out.assert_success();
