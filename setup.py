@@ -18,7 +18,15 @@ Environment:
   wheel and checks the tag with auditwheel.
 - The build is always for the explicit target x86_64-unknown-linux-gnu, so its flags stay
   away from the build scripts and from `target/release`: the binaries land in
-  `target/x86_64-unknown-linux-gnu/release` (CARGO_TARGET_DIR moves `target`).
+  `target/x86_64-unknown-linux-gnu/release` (CARGO_TARGET_DIR moves `target`). With zig the
+  build (and only the build: `cargo metadata` of Debian's cargo 1.85 rejects it) is given
+  cargo-zigbuild's target `x86_64-unknown-linux-gnu.2.28`.
+- The files packaged are the ones this build made, whatever other builds left in that
+  directory (`pip install .`, then scripts/wheel, with another cargo perhaps): the body
+  from cargo's report of this build, the front from the out directory of this build's
+  rmcp-shim build script (where build.rs links it; cargo reports that directory even when
+  the script did not need to rerun), never the copy build.rs leaves in the shared profile
+  directory.
 - The binaries name no path of the build machine: `--remap-path-prefix` turns the checkout
   into `rmcp` and cargo's home into `cargo` (panic locations), and `-C strip=debuginfo`
   drops the DWARF (scripts/wheel checks with `strings`).
@@ -68,7 +76,7 @@ def rustflags():
 
 os.environ["CARGO_ENCODED_RUSTFLAGS"] = rustflags()
 os.environ.pop("RUSTFLAGS", None)
-os.environ.setdefault("CARGO_BUILD_TARGET", TRIPLE + (f".{GLIBC}" if GLIBC else ""))
+os.environ.setdefault("CARGO_BUILD_TARGET", TRIPLE)
 
 
 def write_script(path, text):
@@ -113,6 +121,14 @@ class build_rust(_build_rust):
             build = self.get_finalized_command("build")
             self.cargo = zig_cargo(build.build_temp)
 
+    def run_for_extension(self, ext):
+        if GLIBC:
+            # Only for the build (`--target`, which the wrapper hands to cargo-zigbuild):
+            # CARGO_BUILD_TARGET, which `cargo metadata` reads too, stays a plain triple. Set
+            # here, as build_ext hands its own target to this command just before running it.
+            self.target = f"{TRIPLE}.{GLIBC}"
+        super().run_for_extension(ext)
+
     def install_extension(self, ext, dylib_paths, build_artifact_dir):
         if ext.name != SHIM_EXT:
             return super().install_extension(ext, dylib_paths, build_artifact_dir)
@@ -120,9 +136,18 @@ class build_rust(_build_rust):
         build_ext.inplace = self.inplace
         package_dir = os.path.dirname(build_ext.get_ext_fullpath(SHIM_EXT))
         os.makedirs(package_dir, exist_ok=True)
-        out_dir = os.path.dirname(dylib_paths[0][1])
+        # This build's files (see the module's docstring): the body cargo reported, the front
+        # from this build's build-script out directory (`generated_files` below makes
+        # setuptools-rust find it and hand it over as build_artifact_dir).
+        if build_artifact_dir is None:
+            sys.exit("setup.py: no out directory of rmcp-shim's build script was reported")
+        sources = {
+            "librmcp_shim.so": os.path.join(build_artifact_dir, "librmcp_shim.so"),
+            "librmcp_shim_body.so": dylib_paths[0][1],
+        }
+        assert sorted(sources) == sorted(SHIM_FILES)
         for name in SHIM_FILES:
-            src = os.path.join(out_dir, name)
+            src = sources[name]
             dst = os.path.join(package_dir, name)
             # Replace, never overwrite in place: a process may have the old file mapped.
             shutil.copyfile(src, dst + "~")
@@ -144,7 +169,15 @@ class bdist_wheel(_bdist_wheel):
 setup(
     rust_extensions=[
         RustBin("rmcp", path="Cargo.toml", args=["--package", "rmcp", "--bin", "rmcp"]),
-        RustExtension(SHIM_EXT, path="rmcp-shim/Cargo.toml", binding=Binding.NoBinding),
+        RustExtension(
+            SHIM_EXT,
+            path="rmcp-shim/Cargo.toml",
+            binding=Binding.NoBinding,
+            # Not copied as such (install_extension places the shim's files); naming a file
+            # of the build script's out directory is what makes setuptools-rust report that
+            # directory for this build.
+            generated_files={"librmcp_shim.so": PACKAGE},
+        ),
     ],
     cmdclass={"build_rust": build_rust, "bdist_wheel": bdist_wheel},
 )

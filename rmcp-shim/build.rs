@@ -18,7 +18,8 @@
 //!   hooked names, `dlsym` and `rmcp_shim_stats`.
 //! - cargo writes only its own artifacts to target/<profile>; the front is copied there and
 //!   into target/<profile>/deps, beside the body in both places (the tests preload the one
-//!   in deps, users the other).
+//!   in deps, users the other). In target/release the body is the regular file `cargo
+//!   build --release` copies up; in target/debug a link to deps stands in before that.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -66,7 +67,7 @@ fn main() {
     cmd.args(FRONT_FLAGS)
         .args(["--target", &target])
         // rustc's scratch files go beside its output, never into the source tree (which may
-        // be read-only, as in scripts/msrv).
+        // be read-only).
         .arg("--out-dir")
         .arg(&out)
         .arg("--emit")
@@ -131,14 +132,26 @@ fn main() {
             std::fs::copy(&so, &tmp).expect("copy the front next to the body");
             std::fs::rename(&tmp, &dest).expect("move the front into place");
         }
-        // cargo copies the body up into target/<profile> only when this package is what
-        // was asked for (`cargo build`), not when it is built for tests or dependents: keep
-        // the pair whole there with a link to the body in deps, which `cargo build`
-        // replaces with its copy.
+        // The body: cargo copies it up into target/<profile> only when this package is
+        // what was asked for (`cargo build`), not when it is built for tests or dependents.
+        // The CLI's tests run target/debug/rmcp, which finds the front beside itself and
+        // wants the body there too: in the debug profile a link to the body in deps stands
+        // in for it. Never in release, what users copy from: cargo leaves in place a link
+        // to the very file it would copy (the same file), so `cargo build --release` after
+        // README's demo kept it, and `cp -a` of the pair copied a dangling link. There the
+        // body is the regular file `cargo build --release` puts, and a link an earlier
+        // build left is removed.
         let body = profile.join("librmcp_shim_body.so");
-        if !body.exists() {
+        let is_link = body
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink());
+        if std::env::var("PROFILE").as_deref() == Ok("debug") {
+            if !body.exists() {
+                let _ = std::fs::remove_file(&body);
+                let _ = std::os::unix::fs::symlink("deps/librmcp_shim_body.so", &body);
+            }
+        } else if is_link {
             let _ = std::fs::remove_file(&body);
-            let _ = std::os::unix::fs::symlink("deps/librmcp_shim_body.so", &body);
         }
     }
     for f in [

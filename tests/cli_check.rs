@@ -550,7 +550,7 @@ fn without_a_gpu_the_check_says_no_gpu() {
         return;
     }
     if Path::new("/dev/kfd").exists() {
-        eprintln!("skipped: /dev/kfd exists; this test is for machines without a GPU");
+        rmcp_testkit::skip("/dev/kfd exists; this test is for machines without a GPU");
         return;
     }
     let (code, v) = check_json(rmcp().env("RMCP_PYTHON", ""));

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, write};
 use rmcp_core::remedy::PYTORCH_ORG_TARGETS;
-use rmcp_testkit::{fixture, hip_fat_libraries, hipcc};
+use rmcp_testkit::{fixture, hip_fat_libraries, missing, which};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -42,10 +42,11 @@ fn therock_commands(target: &str) -> [String; 2] {
 }
 
 /// hipcc's fat binaries, built once per test run: (org subset, gfx1010, Debian's list).
-fn hip_libs() -> &'static (PathBuf, PathBuf, PathBuf) {
-    static BUILT: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let hipcc = hipcc().expect("hipcc (Debian's, ROCm 5.2.3) is needed for these tests");
+/// None without hipcc: every test here needs them, so each starts with [`skip_without_hipcc`].
+fn hip_libs() -> Option<&'static (PathBuf, PathBuf, PathBuf)> {
+    static BUILT: OnceLock<Option<(PathBuf, PathBuf, PathBuf)>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let hipcc = which("hipcc")?;
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pytorch-hipcc");
         hip_fat_libraries(
             &hipcc,
@@ -59,12 +60,28 @@ fn hip_libs() -> &'static (PathBuf, PathBuf, PathBuf) {
                 ("libdebian.so", &["gfx1010", "gfx1012", "gfx1030"]),
             ],
         );
-        (
+        Some((
             dir.join("liborg.so"),
             dir.join("libgfx1010.so"),
             dir.join("libdebian.so"),
-        )
-    })
+        ))
+    });
+    built.as_ref()
+}
+
+/// True (and the test records its skip, or fails where prerequisites are required) when
+/// there is no hipcc to build the fat binaries with.
+fn skip_without_hipcc() -> bool {
+    if hip_libs().is_some() {
+        return false;
+    }
+    missing("no hipcc, Debian's ROCm 5.2.3, for real fat binaries (apt-get install hipcc)");
+    true
+}
+
+/// The fat binaries, after [`skip_without_hipcc`].
+fn libs() -> &'static (PathBuf, PathBuf, PathBuf) {
+    hip_libs().expect("the test checked skip_without_hipcc() first")
 }
 
 fn write_file(path: &Path, bytes: &[u8]) {
@@ -99,7 +116,7 @@ fn pytorch_org(tmp: &Path, whole_list: bool) -> PathBuf {
             &write::section(&[write::hip_bundle(PYTORCH_ORG_TARGETS)]),
         )])
     } else {
-        std::fs::read(&hip_libs().0).unwrap()
+        std::fs::read(&libs().0).unwrap()
     };
     let t = torch(&sp, "2.9.1+rocm7.0", &lib);
     write_file(
@@ -125,7 +142,7 @@ fn therock(tmp: &Path) -> PathBuf {
     torch(
         &sp,
         "2.11.0+rocm7.13.0a20260630",
-        &std::fs::read(&hip_libs().1).unwrap(),
+        &std::fs::read(&libs().1).unwrap(),
     );
     write_file(
         &sp.join("amd_torch_device_gfx1010-2.11.0+rocm7.13.0a20260630.dist-info/METADATA"),
@@ -145,7 +162,7 @@ fn therock(tmp: &Path) -> PathBuf {
 fn debian(tmp: &Path) -> PathBuf {
     let root = tmp.join("root");
     let dp = root.join("usr/lib/python3/dist-packages");
-    torch(&dp, "2.6.0+debian", &std::fs::read(&hip_libs().2).unwrap());
+    torch(&dp, "2.6.0+debian", &std::fs::read(&libs().2).unwrap());
     write_file(
         &root.join("var/lib/dpkg/status"),
         b"Package: libc6\nStatus: install ok installed\nVersion: 2.36-9\n\n\
@@ -266,6 +283,9 @@ fn sources(f: &Value) -> Vec<String> {
 
 #[test]
 fn gfx1010_with_a_pytorch_org_wheel() {
+    if skip_without_hipcc() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let sp = pytorch_org(tmp.path(), false);
     let (code, found, text) = pytorch("rdna1", &sp, &[]);
@@ -305,6 +325,9 @@ fn gfx1010_with_a_pytorch_org_wheel() {
 
 #[test]
 fn gfx1010_with_a_pytorch_org_wheel_and_the_10_3_0_override() {
+    if skip_without_hipcc() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let sp = pytorch_org(tmp.path(), false);
     let (code, found, _) = pytorch("rdna1", &sp, &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
@@ -332,6 +355,9 @@ fn gfx1010_with_a_pytorch_org_wheel_and_the_10_3_0_override() {
 
 #[test]
 fn gfx1010_with_a_therock_gfx1010_build() {
+    if skip_without_hipcc() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let sp = therock(tmp.path());
     let (_, found, _) = pytorch("rdna1", &sp, &[]);
@@ -355,6 +381,9 @@ fn gfx1010_with_a_therock_gfx1010_build() {
 
 #[test]
 fn gfx1012_with_a_pytorch_org_wheel_and_with_debians_build() {
+    if skip_without_hipcc() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let sp = pytorch_org(tmp.path(), false);
     let (_, found, _) = pytorch("rdna1-gfx1012", &sp, &[]);
@@ -380,6 +409,9 @@ fn gfx1012_with_a_pytorch_org_wheel_and_with_debians_build() {
 
 #[test]
 fn gfx1013_with_the_10_3_0_override() {
+    if skip_without_hipcc() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let sp = pytorch_org(tmp.path(), false);
     let (_, found, _) = pytorch(
@@ -413,6 +445,9 @@ fn gfx1013_with_the_10_3_0_override() {
 
 #[test]
 fn gfx1031_with_a_pytorch_org_wheel_with_and_without_10_3_0() {
+    if skip_without_hipcc() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let sp = pytorch_org(tmp.path(), false);
     let (code, found, _) = pytorch("rdna2", &sp, &[]);
@@ -435,6 +470,9 @@ fn gfx1031_with_a_pytorch_org_wheel_with_and_without_10_3_0() {
 
 #[test]
 fn gfx1030_and_rdna3_with_a_pytorch_org_wheel() {
+    if skip_without_hipcc() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let sp = pytorch_org(tmp.path(), false);
     let (_, found, _) = pytorch("rdna2-gfx1030", &sp, &[]);
@@ -457,6 +495,9 @@ fn gfx1030_and_rdna3_with_a_pytorch_org_wheel() {
 
 #[test]
 fn bad_input_gives_findings_not_a_crash() {
+    if skip_without_hipcc() {
+        return;
+    }
     // A broken version.py: said, and the libraries still judged.
     let tmp = tempfile::tempdir().unwrap();
     let sp = pytorch_org(tmp.path(), false);

@@ -13,13 +13,13 @@ use rmcp_testkit as kit;
 
 fn venv() -> Option<PathBuf> {
     let v = std::env::var_os("RMCP_WHEEL_VENV").map(PathBuf::from);
-    let required = std::env::var("RMCP_REQUIRE_REAL_HIP").as_deref() == Ok("1")
-        || std::env::var_os("CI").is_some();
     match v {
         Some(v) if v.join("bin/python").is_file() => Some(v),
-        _ if required => panic!("RMCP_WHEEL_VENV names no venv: run scripts/wheel first"),
         _ => {
-            eprintln!("skipped: RMCP_WHEEL_VENV is not set (scripts/wheel builds one)");
+            kit::missing(
+                "RMCP_WHEEL_VENV names no venv (scripts/wheel builds one; it needs python3-venv \
+                 and PyPI)",
+            );
             None
         }
     }

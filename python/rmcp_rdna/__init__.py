@@ -39,9 +39,14 @@ def shim_path():
     """
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), SHIM_NAME)
     if not os.path.isfile(path):
+        # rmcp-rdna is not on PyPI yet: name the two ways to a wheel that exist.
         raise FileNotFoundError(
             f"rmcp_rdna: {SHIM_NAME} is missing from the installed package: expected "
-            f"{path}; reinstall rmcp-rdna (pip install --force-reinstall rmcp-rdna)"
+            f"{path}. Reinstall the wheel: the one attached to rmcp's GitHub release "
+            f"(pip install --force-reinstall "
+            f"rmcp_rdna-{__version__}-py3-none-manylinux_2_28_x86_64.whl), or one built "
+            f"from a checkout of rmcp (pip install --force-reinstall . there; that needs "
+            f"Rust and a C compiler)"
         )
     return path
 

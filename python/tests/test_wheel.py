@@ -174,6 +174,12 @@ def test_shim_path_names_the_missing_file(tmp_path):
     p = python(code, dict(os.environ), check=False)
     assert p.returncode == 1
     assert "FileNotFoundError" in p.stderr and str(pkg / "librmcp_shim.so") in p.stderr, p.stderr
+    # An instruction that works while rmcp-rdna is not on PyPI: the release's wheel file, or
+    # a build from a checkout; never `pip install rmcp-rdna`.
+    wheel = f"rmcp_rdna-{rmcp_rdna.__version__}-py3-none-manylinux_2_28_x86_64.whl"
+    assert f"pip install --force-reinstall {wheel}" in p.stderr, p.stderr
+    assert "pip install --force-reinstall . there" in p.stderr, p.stderr
+    assert "install --force-reinstall rmcp-rdna" not in p.stderr, p.stderr
 
 
 # ---- rmcp run and LD_PRELOAD from the wheel --------------------------------------------

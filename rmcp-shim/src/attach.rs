@@ -21,6 +21,10 @@ use crate::front::{self, Body, Front, abi};
 /// memory of `struct rmcp_body`'s size.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) -> c_int {
+    // The front calls this through `abi::AttachFn`: the compiler checks that they agree. (In
+    // here, not in a `const _`: rustc 1.85 does not count a use there and warns that the
+    // alias is never used.)
+    let _: abi::AttachFn<{ Hook::COUNT }> = rmcp_shim_attach;
     catch_unwind(|| {
         // SAFETY: the caller's contract: the front's static, alive for the process.
         let Some(f) = (unsafe { front.as_ref() }) else {
@@ -67,6 +71,3 @@ extern "C" fn deepbind_seen() {
     let _no_cancel = crate::cancel::NoCancel::new();
     let _ = catch_unwind(crate::report::deepbind_seen);
 }
-
-// The front calls this through `abi::AttachFn`: the compiler checks that they agree.
-const _: abi::AttachFn<{ front::ENTRIES }> = rmcp_shim_attach;

@@ -375,3 +375,45 @@ fn get_driver_entry_point_on_a_runtime_without_it_answers_302() {
         without.stdout
     );
 }
+
+/// The two files users copy ("keep the two side by side"): copied with `cp -a` (which keeps
+/// a link a link) into a fresh directory, the front still maps its body there and the
+/// runtime receives NonCoherent. The pair is the one beside the shim under test (deps/, or
+/// wherever RMCP_TEST_SHIM points: scripts/newcomer points it at target/release after
+/// README's commands and `cargo build --release`); in a `release` directory the body must be
+/// a regular file, never a link (rmcp-shim's build.rs).
+#[test]
+fn the_pair_copied_with_cp_a_still_rewrites() {
+    let front = shim();
+    let dir = front.parent().unwrap();
+    let body = dir.join("librmcp_shim_body.so");
+    if dir.file_name().is_some_and(|n| n == "release") {
+        let m = body.symlink_metadata().unwrap();
+        assert!(m.file_type().is_file(), "{}: {m:?}", body.display());
+    }
+    let copy = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&front)
+        .arg(&body)
+        .arg(copy.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = Run::probe(6)
+        .env("LD_PRELOAD", copy.path().join("librmcp_shim.so"))
+        .args(["hipHostMalloc:4096:0"])
+        .run();
+    out.assert_success();
+    assert_eq!(
+        out.allocs(),
+        [("hipHostMalloc".into(), NC)],
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("cannot load the body"),
+        "{}",
+        out.stderr
+    );
+}

@@ -122,8 +122,7 @@ impl Drop for Installed {
 fn secure_execution_ignores_path_variables() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
-        eprintln!("skipped: needs root to make a setuid binary");
+        rmcp_testkit::missing("not root: making a setuid binary needs root");
         return;
     }
     let Some(_) = real_runtime() else { return };

@@ -364,8 +364,7 @@ fn a_process_that_never_calls_hip_pays_nothing() {
         .into_iter()
         .find(|p| std::path::Path::new(p).exists());
     let Some(strace) = strace else {
-        assert!(std::env::var_os("CI").is_none(), "strace is required in CI");
-        eprintln!("skipped the syscall check: no strace");
+        rmcp_testkit::missing("no strace for the syscall check (apt-get install strace)");
         return;
     };
     let trace = dir.path().join("trace");

@@ -15,6 +15,7 @@ pub mod host;
 pub mod locate;
 pub mod record;
 pub mod run;
+pub mod skip;
 pub mod stress_model;
 
 pub use artifacts::*;
@@ -24,6 +25,7 @@ pub use host::*;
 pub use locate::*;
 pub use record::*;
 pub use run::{Out, Run};
+pub use skip::{missing, prerequisites_required, skip};
 
 /// Re-exported for tests whose package does not depend on it: scratch directories.
 pub use tempfile;
