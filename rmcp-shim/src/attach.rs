@@ -24,7 +24,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
     // The front calls this through `abi::AttachFn`: the compiler checks that they agree. (In
     // here, not in a `const _`: rustc 1.85 does not count a use there and warns that the
     // alias is never used.)
-    let _: abi::AttachFn<{ Hook::COUNT }> = rmcp_shim_attach;
+    let _: abi::AttachFn<{ front::ENTRIES }> = rmcp_shim_attach;
     catch_unwind(|| {
         // SAFETY: the caller's contract: the front's static, alive for the process.
         let Some(f) = (unsafe { front.as_ref() }) else {
