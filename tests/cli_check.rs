@@ -459,7 +459,9 @@ fn missing_runtime_or_shim_is_127() {
         .unwrap();
     let err = String::from_utf8(out.stderr).unwrap();
     if err.contains("built without the GPU code") {
-        eprintln!("skipped: this rmcp was built without hipcc");
+        rmcp_testkit::missing(
+            "rmcp was built without hipcc: no GPU code for rmcp check (apt-get install hipcc, then rebuild)",
+        );
         return;
     }
     assert_eq!(out.status.code(), Some(127), "{err}");
@@ -496,11 +498,9 @@ fn has_kernels() -> bool {
     if err.contains("built without the GPU code") {
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains("apt-get install hipcc"), "{err}");
-        assert!(
-            std::env::var_os("CI").is_none() && std::env::var_os("RMCP_REQUIRE_REAL_HIP").is_none(),
-            "CI: rmcp was built without the GPU code of rmcp check (hipcc missing?)"
+        rmcp_testkit::missing(
+            "rmcp was built without hipcc: no GPU code for rmcp check (apt-get install hipcc, then rebuild)",
         );
-        eprintln!("skipped: rmcp was built without hipcc (no GPU code for rmcp check)");
         return false;
     }
     true
@@ -512,15 +512,10 @@ fn system_runtime() -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    assert!(
-        std::env::var_os("CI").is_none() && std::env::var_os("RMCP_REQUIRE_REAL_HIP").is_none(),
-        "CI: {} is missing (libamdhip64-5)",
+    rmcp_testkit::missing(&format!(
+        "{} is missing (apt-get install libamdhip64-5)",
         p.display()
-    );
-    eprintln!(
-        "skipped: {} is missing (apt-get install libamdhip64-5)",
-        p.display()
-    );
+    ));
     None
 }
 
@@ -609,7 +604,7 @@ fn without_a_gpu_the_check_says_no_gpu() {
 fn rmcp_links_no_hip_soname() {
     let out = Command::new("objdump").arg("-p").arg(RMCP).output();
     let Ok(out) = out else {
-        eprintln!("skipped: objdump is missing (binutils)");
+        rmcp_testkit::missing("objdump is missing (apt-get install binutils)");
         return;
     };
     let text = String::from_utf8_lossy(&out.stdout);
@@ -644,11 +639,7 @@ fn the_pytorch_bundled_runtime_is_chosen_over_the_system_one() {
         .arg(&venv)
         .status();
     if !st.is_ok_and(|s| s.success()) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI: python3 -m venv failed"
-        );
-        eprintln!("skipped: python3 -m venv failed (python3-venv)");
+        rmcp_testkit::missing("python3 -m venv failed (apt-get install python3-venv)");
         return;
     }
     let sp = std::fs::read_dir(venv.join("lib"))
@@ -717,8 +708,8 @@ fn on_the_emulated_gpu_the_verdict_is_inconclusive() {
     if !has_kernels() || system_runtime().is_none() {
         return;
     }
+    // emugpu_lib records the skip (or fails under CI).
     let Some(emugpu) = rmcp_testkit::emugpu_lib() else {
-        eprintln!("skipped: libemugpu.so not built (libdrm-dev missing)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

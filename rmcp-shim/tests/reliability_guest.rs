@@ -138,8 +138,8 @@ fn the_programs_last_error_survives_the_first_call() {
     if real_runtime().is_none() {
         return;
     }
+    // emugpu_lib records the skip (or fails under CI).
     let Some(lib) = emugpu_lib() else {
-        eprintln!("skipped: no emulated GPU library");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
