@@ -493,6 +493,52 @@ fn each_injected_fault_reaches_the_runtime_as_the_driver_reports_it() {
     }
 }
 
+/// On a gfx10.3 card (the rdna2 fixture, gfx1031) ROCr's trap handler signals nothing for
+/// a queue error: the wave halts, the dispatch never completes, the runtime hears nothing
+/// and the process waits in hipDeviceSynchronize (a hang, killed here after 10 s).
+#[test]
+fn a_queue_error_on_gfx10_3_is_a_hang() {
+    let Some((lib, _)) = setup() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("k.hip");
+    std::fs::write(
+        &src,
+        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
+    )
+    .unwrap();
+    let co = dir.path().join("k.co");
+    let out = Command::new(&hipcc)
+        .args(["--genco", "--offload-arch=gfx1031", "-o"])
+        .arg(&co)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    let log = dir.path().join("r2.jsonl");
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.args(["--fixture", "rdna2", "--log"])
+        .arg(&log)
+        .arg("--")
+        .arg(emu_probe(5))
+        .arg("init")
+        .arg(format!("load:{}", co.display()))
+        .args(["launch", "sync", "fault:illegal", "launch", "sync"])
+        .current_dir(dir.path())
+        .env("EMUGPU_LIB", &lib)
+        .env_remove("LD_PRELOAD")
+        .env_remove("HSA_OVERRIDE_GFX_VERSION")
+        .env_remove("EMUGPU_FAULT");
+    let hung = output_within(&mut cmd, Duration::from_secs(10));
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(hung.is_err(), "{hung:?}\n{log}");
+    let fault = log
+        .lines()
+        .find(|l| l.contains("\"fault\":\"illegal\""))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(fault.contains("\"signalled\":false"), "{fault}");
+}
+
 /// `--fault` arms the first dispatch of the process: under hipInit that is one of the
 /// runtime's own blit kernels, faulted at the address given.
 #[test]

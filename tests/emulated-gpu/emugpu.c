@@ -1049,13 +1049,17 @@ static void complete(uint64_t sig)
  *                     (illegal instruction), writes the signal's event id to its mailbox
  *                     and raises the event when the old value was 0; the wave halts, so the
  *                     queue stops (UPDATE_QUEUE to 0% then succeeds, as it always does here).
- *                     No address reaches the runtime (so no @VA).
+ *                     No address reaches the runtime (so no @VA). On a gfx10.3 card (the
+ *                     fixture's gfx_target_version) that handler signals nothing ("needs to
+ *                     be rewritten for gfx10.3"): the wave halts, the queue stops, the
+ *                     dispatch never completes and the runtime hears nothing (a hang; said
+ *                     once on stderr). gfx11's handler is not modelled: refused loudly.
  *
  * Without @VA (va 0 from emugpu_fault), a vm / vm-read-only fault's address is the
  * dispatch's first kernel argument (the first 8 bytes of its kernarg segment). The fault
- * is written to the log as {"fault": KIND, ...}. gfx10.3's trap handler, which signals
- * nothing (the wave halts: a hang), is not modelled: the aperture and illegal kinds report
- * as gfx10.1's does whatever ISA the runtime believes it has.
+ * is written to the log as {"fault": KIND, ...}. The card is the fixture's, whatever ISA
+ * HSA_OVERRIDE_GFX_VERSION makes the runtime believe (and so whichever trap handler it
+ * installed): a gfx1010 under the override still reports as gfx10.1's handler does.
  */
 enum { F_NONE, F_VM, F_VM_RO, F_VM_IMPRECISE, F_APERTURE, F_ILLEGAL };
 static const char *const FAULT_NAMES[] = { "none", "vm", "vm-read-only", "vm-imprecise", "aperture",
@@ -1151,14 +1155,23 @@ static int take_fault(unsigned q, const uint8_t *pkt)
 		sig = *(volatile uint64_t *)(uintptr_t)(rptr - *(volatile uint32_t *)(uintptr_t)(rptr + 8) + 192);
 	if (!memory && !sig)
 		die("injecting %s: queue %u has no inactive signal", FAULT_NAMES[kind], q);
+	struct gpu *g = gpu_by_id(S.q[q].gpu_id);
+	unsigned gfx = g ? g->gfx : 0;
+	int silent = !memory && gfx >= 100300 && gfx < 110000; /* gfx10.3: the wave only halts */
+	if (!memory && gfx >= 110000)
+		die("injecting %s on gfx%u%x%x: the gfx11 trap handler is not emulated", FAULT_NAMES[kind],
+		    gfx / 10000, gfx / 100 % 100, gfx % 100);
 
 	struct out o;
 	o.n = 0;
 	put(&o, "{\"seq\":%lu,\"fault\":\"%s\",\"queue_id\":%u,\"gpu_id\":%u,\"va\":\"0x%" PRIx64 "\"",
 	    __atomic_add_fetch(&S.seq, 1, __ATOMIC_RELAXED), FAULT_NAMES[kind], q, S.q[q].gpu_id, va);
 	if (!memory)
-		put(&o, ",\"inactive_signal\":\"0x%" PRIx64 "\"", sig);
+		put(&o, ",\"inactive_signal\":\"0x%" PRIx64 "\",\"signalled\":%s", sig, silent ? "false" : "true");
 	emit(&o);
+	if (silent)
+		fprintf(stderr, "emulated-gpu: %s on gfx%u%x%x: its trap handler signals nothing; the wave halts and the dispatch never completes\n",
+			FAULT_NAMES[kind], gfx / 10000, gfx / 100 % 100, gfx % 100);
 
 	pthread_mutex_lock(&S.lock);
 	if (memory) {
@@ -1175,6 +1188,8 @@ static int take_fault(unsigned q, const uint8_t *pkt)
 				S.oev[i].signaled = 1;
 			}
 		S.evicted = 1;
+	} else if (silent) {
+		S.q[q].halted = 1;
 	} else {
 		int64_t code = kind == F_APERTURE ? 1ll << 29 : 1ll << 30;
 		int64_t old = __atomic_exchange_n((int64_t *)(uintptr_t)(sig + 8), code, __ATOMIC_ACQ_REL);
