@@ -360,28 +360,6 @@ fn a_code_object_without_gfx1010_does_not_load_without_the_override() {
     assert_eq!(text(&out.stdout), "init 0\nload 0\nfunction 0\n");
 }
 
-/// A gfx1010 code object with `extern "C" __global__ void k(int *p)`, built by hipcc into
-/// `dir` (None: a skip, no hipcc).
-fn kernel_object(dir: &Path) -> Option<PathBuf> {
-    let hipcc = hipcc()?;
-    let src = dir.join("k.hip");
-    std::fs::write(
-        &src,
-        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
-    )
-    .unwrap();
-    let co = dir.join("k.co");
-    let out = Command::new(&hipcc)
-        .args(["--genco", "--offload-arch=gfx1010"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&co)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
-    Some(co)
-}
-
 /// scripts/emulated-gpu [--fault SPEC] -- emu_probe5 STEPS, without the shim, in `dir`
 /// (where a core file would go), the log in DIR/NAME.jsonl.
 fn fault_run(lib: &Path, dir: &Path, name: &str, fault: Option<&str>, steps: &[&str]) -> Output {
@@ -414,7 +392,7 @@ fn each_injected_fault_reaches_the_runtime_as_the_driver_reports_it() {
     use std::os::unix::process::ExitStatusExt;
     let Some((lib, _)) = setup() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let Some(co) = kernel_object(dir.path()) else {
+    let Some(co) = fault_kernel(dir.path()) else {
         return;
     };
     let load = format!("load:{}", co.display());

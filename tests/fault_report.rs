@@ -8,33 +8,12 @@
 
 use rmcp_testkit::*;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// A gfx1010 code object with `extern "C" __global__ void k(int *p)` (None: no hipcc).
-fn kernel_object(dir: &Path) -> Option<PathBuf> {
-    let hipcc = hipcc()?;
-    let src = dir.join("k.hip");
-    std::fs::write(
-        &src,
-        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
-    )
-    .unwrap();
-    let co = dir.join("k.co");
-    let out = Command::new(&hipcc)
-        .args(["--genco", "--offload-arch=gfx1010"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&co)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
-    Some(co)
 }
 
 /// emu_probe5 STEPS on the emulated GPU, rmcp preloaded when `shim`, with `env`.
@@ -98,7 +77,7 @@ fn each_fault_is_explained_before_the_runtime_and_ends_the_same() {
     }
     let Some(lib) = emugpu_lib() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let Some(co) = kernel_object(dir.path()) else {
+    let Some(co) = fault_kernel(dir.path()) else {
         return;
     };
     let load = format!("load:{}", co.display());

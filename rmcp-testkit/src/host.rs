@@ -82,6 +82,33 @@ pub fn hipcc() -> Option<PathBuf> {
     found
 }
 
+/// A gfx1010 code object holding `extern "C" __global__ void k(int *p) { p[0] = 1; }`, built
+/// by hipcc into `dir` as `k.co`: the kernel the emulated GPU's fault tests launch and fault
+/// (None: no hipcc, a skip). Panics when hipcc fails.
+pub fn fault_kernel(dir: &Path) -> Option<PathBuf> {
+    let hipcc = hipcc()?;
+    let src = dir.join("k.hip");
+    std::fs::write(
+        &src,
+        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
+    )
+    .unwrap();
+    let co = dir.join("k.co");
+    let out = std::process::Command::new(&hipcc)
+        .args(["--genco", "--offload-arch=gfx1010"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&co)
+        .output()
+        .expect("run hipcc");
+    assert!(
+        out.status.success(),
+        "hipcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(co)
+}
+
 /// Builds, in parallel, one hipcc fat-binary shared library per `(file name, targets)` into
 /// `dir` (a small kernel and a host function that launches it; each file written under a
 /// temporary name and moved into place). Panics when hipcc fails.
