@@ -380,7 +380,13 @@ pub fn write(fd: c_int, buf: &[u8]) {
                 8,
             );
         }
-        syscall4(SYS_RT_SIGPROCMASK, SIG_SETMASK, (&raw const old) as usize, 0, 8);
+        syscall4(
+            SYS_RT_SIGPROCMASK,
+            SIG_SETMASK,
+            (&raw const old) as usize,
+            0,
+            8,
+        );
     }
 }
 
