@@ -308,8 +308,9 @@ fn a_process_without_hip_is_untouched_at_exit() {
 }
 
 /// Shape 4, fork children: the same process forks while another thread dlopens and
-/// dlcloses a library (one without destructors), and each child ends with exit(). Before: the exit handler's dlopen in
-/// a child forked mid-dlopen aborted it ("Inconsistency detected by ld.so") or hung it.
+/// dlcloses a library (one without destructors), and each child ends with exit(). Before:
+/// the exit handler's dlopen in a child forked mid-dlopen aborted it ("Inconsistency
+/// detected by ld.so") or hung it.
 #[test]
 fn fork_children_of_a_deepbind_process_exit_cleanly() {
     // The library cycled has no destructor at all: a dlclose running one (glibc's C runtime
@@ -317,18 +318,30 @@ fn fork_children_of_a_deepbind_process_exit_cleanly() {
     // exit() without the shim too.
     let bare = nw_bare().display().to_string();
     let args = ["deepfork", "libresolv.so.2", &bare, "300"];
-    let without = nw(args)
-        .env_remove("FAKEHIP_RECORD")
-        .no_shim()
-        .run_within(LIMIT);
-    without.assert_success();
-    assert_eq!(
-        without.stdout,
-        "deepfork children=300 ok=300 hung=0 signalled=0 failed=0\n"
-    );
-    let with = nw(args).env_remove("FAKEHIP_RECORD").run_within(LIMIT);
-    with.assert_success();
-    assert_eq!(with.stdout, without.stdout, "stderr:\n{}", with.stderr);
+    let clean = "deepfork children=300 ok=300 hung=0 signalled=0 failed=0\n";
+    // glibc alone, on a loaded machine, now and then loses a child forked mid-dlclose (seen:
+    // 2 of 300 exited non-zero without rmcp, in the newcomer's root), where the bug lost 11
+    // to 40 of 300 with rmcp. So a round is a run without rmcp, then one with it, and the
+    // test asks for one round in three where both are clean: with the bug back, the run
+    // with rmcp is never clean.
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let without = nw(args)
+            .env_remove("FAKEHIP_RECORD")
+            .no_shim()
+            .run_within(LIMIT);
+        without.assert_success();
+        let with = nw(args).env_remove("FAKEHIP_RECORD").run_within(LIMIT);
+        with.assert_success();
+        if without.stdout == clean && with.stdout == clean {
+            return;
+        }
+        rounds.push(format!(
+            "without rmcp: {}{}with rmcp: {}{}",
+            without.stdout, without.stderr, with.stdout, with.stderr
+        ));
+    }
+    panic!("no clean round in three:\n{}", rounds.join("\n"));
 }
 
 /// Shape 5: the runtime comes in RTLD_LOCAL (ctypes, hip-python, CuPy), the program calls it

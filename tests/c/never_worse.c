@@ -188,6 +188,35 @@ static void *cycle(void *arg)
     return NULL;
 }
 
+/* Waits for the children of forkdl/deepfork and prints how each ended, in one line on
+ * stdout (what the tests compare) and the unexpected endings on stderr. */
+static void tally(const char *what, const pid_t *kids, int n)
+{
+    int ok = 0, hung = 0, failed = 0, signalled = 0;
+    for (int i = 0; i < n; i++) {
+        int st;
+        if (kids[i] < 0) {
+            failed++;
+            fprintf(stderr, "%s: fork failed\n", what);
+            continue;
+        }
+        waitpid(kids[i], &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+            ok++;
+        } else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) {
+            hung++;
+        } else if (WIFSIGNALED(st)) {
+            signalled++;
+            fprintf(stderr, "%s: a child was killed by signal %d\n", what, WTERMSIG(st));
+        } else {
+            failed++;
+            fprintf(stderr, "%s: a child exited with status %d\n", what, WEXITSTATUS(st));
+        }
+    }
+    printf("%s children=%d ok=%d hung=%d signalled=%d failed=%d\n", what, n, ok, hung,
+           signalled, failed);
+}
+
 static int forkdl(const char *plugin, const char *cyc, int n)
 {
     void *h = open_or_die(plugin, RTLD_NOW | RTLD_LOCAL);
@@ -211,25 +240,7 @@ static int forkdl(const char *plugin, const char *cyc, int n)
     }
     cycling = 0;
     pthread_join(t, NULL);
-    int ok = 0, hung = 0, failed = 0, signalled = 0;
-    for (int i = 0; i < n; i++) {
-        int st;
-        if (kids[i] < 0) {
-            failed++;
-            continue;
-        }
-        waitpid(kids[i], &st, 0);
-        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-            ok++;
-        else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
-            hung++;
-        else if (WIFSIGNALED(st))
-            signalled++;
-        else
-            failed++;
-    }
-    printf("forkdl children=%d ok=%d hung=%d signalled=%d failed=%d\n", n, ok, hung, signalled,
-           failed);
+    tally("forkdl", kids, n);
     return 0;
 }
 
@@ -417,25 +428,7 @@ static int deepfork(const char *lib, const char *cyc, int n)
     }
     cycling = 0;
     pthread_join(t, NULL);
-    int ok = 0, hung = 0, failed = 0, signalled = 0;
-    for (int i = 0; i < n; i++) {
-        int st;
-        if (kids[i] < 0) {
-            failed++;
-            continue;
-        }
-        waitpid(kids[i], &st, 0);
-        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-            ok++;
-        else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
-            hung++;
-        else if (WIFSIGNALED(st))
-            signalled++;
-        else
-            failed++;
-    }
-    printf("deepfork children=%d ok=%d hung=%d signalled=%d failed=%d\n", n, ok, hung,
-           signalled, failed);
+    tally("deepfork", kids, n);
     return 0;
 }
 
