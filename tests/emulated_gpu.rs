@@ -261,26 +261,8 @@ fn composes_with_rmcp_run() {
 #[test]
 fn a_code_object_without_gfx1010_does_not_load_without_the_override() {
     let Some((lib, py)) = setup() else { return };
-    let Some(hipcc) = hipcc() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("k.hip");
-    std::fs::write(
-        &src,
-        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
-    )
-    .unwrap();
-    let build = |arch: &str| {
-        let co = dir.path().join(format!("k-{arch}.co"));
-        let out = Command::new(&hipcc)
-            .args(["--genco", &format!("--offload-arch={arch}")])
-            .arg(&src)
-            .arg("-o")
-            .arg(&co)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "hipcc {arch}: {}", text(&out.stderr));
-        co
-    };
+    let build = |arch: &str| kernel_object(dir.path(), arch);
     let script = "import ctypes, sys\n\
         h = ctypes.CDLL('libamdhip64.so.5')\n\
         print('init', h.hipInit(0), flush=True)\n\
@@ -304,7 +286,9 @@ fn a_code_object_without_gfx1010_does_not_load_without_the_override() {
         }
         output_within(&mut cmd, Duration::from_secs(120)).unwrap()
     };
-    let (co1010, co1030) = (build("gfx1010"), build("gfx1030"));
+    let (Some(co1010), Some(co1030)) = (build("gfx1010"), build("gfx1030")) else {
+        return;
+    };
 
     // What `rmcp doctor` says of each file on the same card (the rdna1 fixture the emulator
     // serves), without and with the override (issue 23, item 6): the loader below must do
@@ -392,7 +376,7 @@ fn each_injected_fault_reaches_the_runtime_as_the_driver_reports_it() {
     use std::os::unix::process::ExitStatusExt;
     let Some((lib, _)) = setup() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let Some(co) = fault_kernel(dir.path()) else {
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
         return;
     };
     let load = format!("load:{}", co.display());
@@ -477,22 +461,10 @@ fn each_injected_fault_reaches_the_runtime_as_the_driver_reports_it() {
 #[test]
 fn a_queue_error_on_gfx10_3_is_a_hang() {
     let Some((lib, _)) = setup() else { return };
-    let Some(hipcc) = hipcc() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("k.hip");
-    std::fs::write(
-        &src,
-        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
-    )
-    .unwrap();
-    let co = dir.path().join("k.co");
-    let out = Command::new(&hipcc)
-        .args(["--genco", "--offload-arch=gfx1031", "-o"])
-        .arg(&co)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    let Some(co) = kernel_object(dir.path(), "gfx1031") else {
+        return;
+    };
     let log = dir.path().join("r2.jsonl");
     let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
     cmd.args(["--fixture", "rdna2", "--log"])

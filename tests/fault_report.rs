@@ -77,7 +77,7 @@ fn each_fault_is_explained_before_the_runtime_and_ends_the_same() {
     }
     let Some(lib) = emugpu_lib() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let Some(co) = fault_kernel(dir.path()) else {
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
         return;
     };
     let load = format!("load:{}", co.display());

@@ -82,10 +82,10 @@ pub fn hipcc() -> Option<PathBuf> {
     found
 }
 
-/// A gfx1010 code object holding `extern "C" __global__ void k(int *p) { p[0] = 1; }`, built
-/// by hipcc into `dir` as `k.co`: the kernel the emulated GPU's fault tests launch and fault
-/// (None: no hipcc, a skip). Panics when hipcc fails.
-pub fn fault_kernel(dir: &Path) -> Option<PathBuf> {
+/// A code object for `arch` holding `extern "C" __global__ void k(int *p) { p[0] = 1; }`,
+/// built by hipcc into `dir` as `k-ARCH.co`: the kernel the emulated GPU's tests load,
+/// launch and fault (None: no hipcc, a skip). Panics when hipcc fails.
+pub fn kernel_object(dir: &Path, arch: &str) -> Option<PathBuf> {
     let hipcc = hipcc()?;
     let src = dir.join("k.hip");
     std::fs::write(
@@ -93,9 +93,9 @@ pub fn fault_kernel(dir: &Path) -> Option<PathBuf> {
         "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
     )
     .unwrap();
-    let co = dir.join("k.co");
+    let co = dir.join(format!("k-{arch}.co"));
     let out = std::process::Command::new(&hipcc)
-        .args(["--genco", "--offload-arch=gfx1010"])
+        .args(["--genco", &format!("--offload-arch={arch}")])
         .arg(&src)
         .arg("-o")
         .arg(&co)
@@ -103,7 +103,7 @@ pub fn fault_kernel(dir: &Path) -> Option<PathBuf> {
         .expect("run hipcc");
     assert!(
         out.status.success(),
-        "hipcc: {}",
+        "hipcc {arch}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Some(co)
