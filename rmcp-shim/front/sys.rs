@@ -264,22 +264,9 @@ const O_RDONLY_CLOEXEC: usize = 0o2000000;
 /// # Safety
 /// The arguments are what system call `nr` expects; memory they point to is valid for it.
 unsafe fn syscall3(nr: usize, a: usize, b: usize, c: usize) -> isize {
-    let ret: isize;
-    // SAFETY: the `syscall` instruction clobbers rcx and r11 (declared) and touches only
-    // the memory the caller's arguments describe (the caller's contract).
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") nr as isize => ret,
-            in("rdi") a,
-            in("rsi") b,
-            in("rdx") c,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    // SAFETY: the caller's contract; a three-argument system call ignores the fourth
+    // register.
+    unsafe { syscall4(nr, a, b, c, 0) }
 }
 
 /// `struct stat` on x86-64 (144 bytes); only `st_dev` and `st_ino` are read.
@@ -302,13 +289,15 @@ pub fn fstat_id(fd: c_int) -> Option<(u64, u64)> {
     (r == 0).then_some((st.st_dev, st.st_ino))
 }
 
-/// A system call with four arguments (`r10` carries the fourth).
+/// A system call with four arguments (`r10` carries the fourth); the kernel's return value
+/// (negative errno on error).
 ///
 /// # Safety
-/// As for [`syscall3`].
+/// The arguments are what system call `nr` expects; memory they point to is valid for it.
 unsafe fn syscall4(nr: usize, a: usize, b: usize, c: usize, d: usize) -> isize {
     let ret: isize;
-    // SAFETY: as in `syscall3`.
+    // SAFETY: the `syscall` instruction clobbers rcx and r11 (declared) and touches only
+    // the memory the caller's arguments describe (the caller's contract).
     unsafe {
         core::arch::asm!(
             "syscall",
