@@ -347,19 +347,8 @@ fn a_code_object_without_gfx1010_does_not_load_without_the_override() {
 /// scripts/emulated-gpu [--fault SPEC] -- emu_probe5 STEPS, without the shim, in `dir`
 /// (where a core file would go), the log in DIR/NAME.jsonl.
 fn fault_run(lib: &Path, dir: &Path, name: &str, fault: Option<&str>, steps: &[&str]) -> Output {
-    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
-    cmd.arg("--log").arg(dir.join(format!("{name}.jsonl")));
-    if let Some(f) = fault {
-        cmd.args(["--fault", f]);
-    }
-    cmd.arg("--")
-        .arg(emu_probe(5))
-        .args(steps)
-        .current_dir(dir)
-        .env("EMUGPU_LIB", lib)
-        .env_remove("LD_PRELOAD")
-        .env_remove("HSA_OVERRIDE_GFX_VERSION")
-        .env_remove("EMUGPU_FAULT");
+    let log = dir.join(format!("{name}.jsonl"));
+    let mut cmd = emugpu_probe_command(lib, dir, &log, fault, steps);
     output_within(&mut cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 

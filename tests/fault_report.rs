@@ -18,19 +18,8 @@ fn text(b: &[u8]) -> String {
 
 /// emu_probe5 STEPS on the emulated GPU, rmcp preloaded when `shim`, with `env`.
 fn run(lib: &Path, dir: &Path, shim: bool, env: &[(&str, &str)], steps: &[&str]) -> Output {
-    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
-    cmd.arg("--log")
-        .arg(dir.join("log.jsonl"))
-        .arg("--")
-        .arg(emu_probe(5))
-        .args(steps)
-        .current_dir(dir)
-        .env("EMUGPU_LIB", lib)
-        .env_remove("LD_PRELOAD")
-        .env_remove("HSA_OVERRIDE_GFX_VERSION")
-        .env_remove("EMUGPU_FAULT")
-        .env_remove("RMCP_LOG")
-        .env_remove("RMCP_MODE");
+    let mut cmd = emugpu_probe_command(lib, dir, &dir.join("log.jsonl"), None, steps);
+    cmd.env_remove("RMCP_LOG").env_remove("RMCP_MODE");
     if shim {
         cmd.env("LD_PRELOAD", rmcp_testkit::shim());
     }

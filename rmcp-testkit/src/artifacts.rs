@@ -2,7 +2,8 @@
 //! probe and its framework-library form, the C clients, the bench client): one function
 //! per artifact, returning its path.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Directory of the fake runtime `libamdhip64.so.<major>` (5, 6, 7) and its `.so` symlink.
 pub fn fake_dir(major: u8) -> PathBuf {
@@ -181,4 +182,31 @@ pub fn emu_probe(major: u8) -> PathBuf {
         7 => env!("RMCP_EMU_PROBE_7"),
         _ => panic!("no emu_probe for .so.{major}"),
     })
+}
+
+/// `scripts/emulated-gpu --log LOG [--fault SPEC] -- emu_probe5 STEPS` in `dir` (where a core
+/// file would go), with `lib` as the emulator and none of the caller's LD_PRELOAD,
+/// HSA_OVERRIDE_GFX_VERSION or EMUGPU_FAULT: the fault tests' run, to which each adds its own
+/// environment.
+pub fn emugpu_probe_command(
+    lib: &Path,
+    dir: &Path,
+    log: &Path,
+    fault: Option<&str>,
+    steps: &[&str],
+) -> Command {
+    let mut cmd = Command::new(crate::repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log").arg(log);
+    if let Some(f) = fault {
+        cmd.args(["--fault", f]);
+    }
+    cmd.arg("--")
+        .arg(emu_probe(5))
+        .args(steps)
+        .current_dir(dir)
+        .env("EMUGPU_LIB", lib)
+        .env_remove("LD_PRELOAD")
+        .env_remove("HSA_OVERRIDE_GFX_VERSION")
+        .env_remove("EMUGPU_FAULT");
+    cmd
 }
