@@ -293,7 +293,8 @@ unsafe fn at<T: Copy>(addr: usize) -> T {
 }
 
 /// The address of the defined dynamic symbol `name` of the x86-64 ELF object loaded at
-/// `base`, found through its GNU hash table (every glibc object has one).
+/// `base`, found through its GNU hash table, or by a scan of its symbols when it has only
+/// the SysV one.
 ///
 /// # Safety
 /// `base` is the load base of a mapped object whose headers and dynamic section are intact.
@@ -301,6 +302,7 @@ unsafe fn elf_lookup(base: usize, name: &[u8]) -> Option<usize> {
     const PT_DYNAMIC: u32 = 2;
     const DT_STRTAB: i64 = 5;
     const DT_SYMTAB: i64 = 6;
+    const DT_HASH: i64 = 4;
     const DT_GNU_HASH: i64 = 0x6fff_fef5;
     // A dynamic entry's address: glibc relocates these in place, other loaders do not.
     let addr = |v: usize| if v < base { base.wrapping_add(v) } else { v };
@@ -323,7 +325,7 @@ unsafe fn elf_lookup(base: usize, name: &[u8]) -> Option<usize> {
         if dynamic == 0 {
             return None;
         }
-        let (mut strtab, mut symtab, mut gnu_hash) = (0usize, 0usize, 0usize);
+        let (mut strtab, mut symtab, mut gnu_hash, mut hash) = (0usize, 0usize, 0usize, 0usize);
         let mut entry = dynamic;
         loop {
             let tag = at::<i64>(entry);
@@ -333,12 +335,30 @@ unsafe fn elf_lookup(base: usize, name: &[u8]) -> Option<usize> {
                 DT_STRTAB => strtab = addr(value),
                 DT_SYMTAB => symtab = addr(value),
                 DT_GNU_HASH => gnu_hash = addr(value),
+                DT_HASH => hash = addr(value),
                 _ => {}
             }
             entry = entry.wrapping_add(16);
         }
-        if strtab == 0 || symtab == 0 || gnu_hash == 0 {
+        if strtab == 0 || symtab == 0 {
             return None;
+        }
+        // Symbol `i`'s address when it is `name`, defined.
+        let defined = |i: usize| {
+            let sym = symtab.wrapping_add(i.wrapping_mul(24));
+            let st_name = at::<u32>(sym) as usize;
+            let st_shndx = at::<u16>(sym.wrapping_add(6));
+            let st_value = at::<u64>(sym.wrapping_add(8)) as usize;
+            (st_shndx != 0 && st_value != 0 && c_bytes_eq(strtab.wrapping_add(st_name), name))
+                .then(|| base.wrapping_add(st_value))
+        };
+        if gnu_hash == 0 {
+            // Only the SysV table: its second word is the number of symbols; a scan.
+            if hash == 0 {
+                return None;
+            }
+            let count = at::<u32>(hash.wrapping_add(4)) as usize;
+            return (1..count.min(1 << 20)).find_map(defined);
         }
         let h = name
             .iter()
@@ -362,13 +382,8 @@ unsafe fn elf_lookup(base: usize, name: &[u8]) -> Option<usize> {
         for _ in 0..(1usize << 20) {
             let ch = at::<u32>(chains.wrapping_add(i.wrapping_sub(symoffset).wrapping_mul(4)));
             if ch | 1 == h | 1 {
-                let sym = symtab.wrapping_add(i.wrapping_mul(24));
-                let st_name = at::<u32>(sym) as usize;
-                let st_shndx = at::<u16>(sym.wrapping_add(6));
-                let st_value = at::<u64>(sym.wrapping_add(8)) as usize;
-                if st_shndx != 0 && st_value != 0 && c_bytes_eq(strtab.wrapping_add(st_name), name)
-                {
-                    return Some(base.wrapping_add(st_value));
+                if let Some(p) = defined(i) {
+                    return Some(p);
                 }
             }
             if ch & 1 != 0 {
