@@ -28,10 +28,10 @@
 //!   attached, a lookup whose answer without the shim is NULL (a presence probe in a process
 //!   without HIP) loads nothing; otherwise the body is attached first.
 //! - what the body needs from the object the process preloaded (`abi::Front`): glibc's
-//!   dlsym, the next dlsym after this object, `dlsym(RTLD_NEXT)` from this object's place in
-//!   the search order, the address of each export, the thread-state block (initial-exec
-//!   TLS, so that access from the lazily mapped body never allocates), and what descriptor 2
-//!   was at load.
+//!   dlsym, the next dlsym and dlvsym after this object, `dlsym(RTLD_NEXT)` from this
+//!   object's place in the search order, the address of each export, the thread-state block
+//!   (initial-exec TLS, so that access from the lazily mapped body never allocates), and
+//!   what descriptor 2 was at load.
 //!
 //! If the body cannot be mapped (the file is missing, ABI mismatch, no memory), every call
 //! still goes where it would have gone without the shim, unchanged: the next definition
