@@ -26,7 +26,8 @@
 //! pub const fn is_broken_word3(w: u32) -> bool;
 //! pub const fn fixed_word3(w: u32) -> u32;
 //! pub fn fix_image(image: &[u8], scan: &ImageScan) -> Option<Vec<u8>>;
-//! ImageScan::{findings(), literals(), buffer_instructions(), kernels_with_findings(), undecodable()}
+//! ImageScan::{findings(), literals(), broken_buffer_instructions(), kernels_with_findings(),
+//!             undecodable()}
 //! CodeObjectScan::runs_on_rdna1()
 //! ```
 //!
@@ -157,7 +158,7 @@ impl ImageScan {
         self.findings().count()
     }
     /// Buffer instructions they feed.
-    pub fn buffer_instructions(&self) -> usize {
+    pub fn broken_buffer_instructions(&self) -> usize {
         self.findings().map(|(_, f)| f.buffer_at.len()).sum()
     }
     /// Distinct kernels (function symbols) with a finding; a finding outside any named

@@ -211,7 +211,7 @@ fn findings_in_a_bundle_are_image_offsets() {
     assert_eq!(
         (
             s.literals(),
-            s.buffer_instructions(),
+            s.broken_buffer_instructions(),
             s.kernels_with_findings()
         ),
         (1, 1, 1)
