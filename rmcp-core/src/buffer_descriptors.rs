@@ -565,13 +565,13 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
                         None => return Err(*at),
                     }
                 }
-                if i + 1 < insns.len() {
-                    leader[i + 1] = true;
+                if let Some(next) = leader.get_mut(i + 1) {
+                    *next = true;
                 }
             }
             Effect::Stop | Effect::Call => {
-                if i + 1 < insns.len() {
-                    leader[i + 1] = true;
+                if let Some(next) = leader.get_mut(i + 1) {
+                    *next = true;
                 }
             }
             _ => {}
@@ -673,8 +673,8 @@ fn transfer(state: &mut State, at: usize, effect: Effect) {
         }
         Effect::Copy { dst, src, count } => {
             let mut tmp: [Reg; 2] = [None; 2];
-            for i in 0..(count as usize).min(2) {
-                tmp[i] = state.get(src as usize + i).copied().flatten();
+            for (i, t) in tmp.iter_mut().enumerate() {
+                *t = state.get(src as usize + i).copied().flatten();
             }
             for (i, v) in tmp.iter().enumerate().take(count as usize) {
                 if let Some(r) = state.get_mut(dst as usize + i) {
