@@ -35,6 +35,12 @@
  * emugpu_mark(text), exported, writes {"mark": text} into the log: test programs bracket
  * their steps with it (dlsym(RTLD_DEFAULT, "emugpu_mark")).
  *
+ * Code read-back: with EMUGPU_CODE_DUMP=FILE, at each kernel dispatch, the host memory the
+ * runtime has handed the GPU (userptr buffers, where its loader stages a code object's
+ * segments for the blit that copies them into VRAM) is appended to FILE, each buffer as a
+ * line "emugpu-code va=0x... size=N" and its N bytes, again only when it changed. Tests
+ * read there which code the runtime uploaded (see "Code read-back" below).
+ *
  * Faults: EMUGPU_FAULT=KIND[@VA] or the exported emugpu_fault(kind, va) make the next
  * kernel dispatch fault instead of completing, reported as the driver and ROCr's trap
  * handler report it (the memory event, or the queue's inactive signal): see "Fault
@@ -112,6 +118,8 @@ struct bo {
 	uint32_t flags;
 	uint64_t va, size, offset; /* offset in the backing memfd */
 	int mapped;
+	int dumped; /* its bytes went to EMUGPU_CODE_DUMP (Code read-back), with this hash */
+	uint64_t hash;
 };
 
 static struct {
@@ -1208,6 +1216,53 @@ static int take_fault(unsigned q, const uint8_t *pkt)
 	return 1;
 }
 
+/* Code read-back (the header). The runtime's loader lays a code object's segments out in
+ * host memory, hands that memory to the GPU (a userptr buffer) and has the GPU copy it
+ * into VRAM with a blit kernel, which this emulator completes without running: so what the
+ * GPU was given to copy is read in those userptr buffers, at the dispatch. Each userptr
+ * buffer of at most DUMP_MAX bytes is appended to EMUGPU_CODE_DUMP whenever its contents
+ * differ from when it was last appended (a 64-bit FNV-1a hash), read through
+ * process_vm_readv (never a fault; an unreadable one is named with size=0). */
+#define DUMP_MAX (4u << 20)
+static void dump_code(void)
+{
+	const char *file = getenv("EMUGPU_CODE_DUMP");
+	if (!file || !*file)
+		return;
+	in_emu++;
+	int fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		die("EMUGPU_CODE_DUMP=%s: %s", file, strerror(errno));
+	uint8_t *buf = malloc(DUMP_MAX);
+	if (!buf)
+		die("EMUGPU_CODE_DUMP: no memory");
+	pthread_mutex_lock(&S.lock);
+	for (unsigned i = 0; i < S.nbo; i++) {
+		struct bo *b = &S.bo[i];
+		if (!b->used || !(b->flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) || b->size > DUMP_MAX)
+			continue;
+		struct iovec local = { buf, b->size }, remote = { (void *)(uintptr_t)b->va, b->size };
+		ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+		if (got != (ssize_t)b->size)
+			got = 0;
+		uint64_t h = 0xcbf29ce484222325ull;
+		for (ssize_t k = 0; k < got; k++)
+			h = (h ^ buf[k]) * 0x100000001b3ull;
+		if (b->dumped && b->hash == h)
+			continue;
+		b->dumped = 1;
+		b->hash = h;
+		char head[128];
+		int n = snprintf(head, sizeof head, "emugpu-code va=0x%" PRIx64 " size=%zd\n", b->va, got);
+		if (write(fd, head, (size_t)n) != n || (got && write(fd, buf, (size_t)got) != got))
+			die("EMUGPU_CODE_DUMP=%s: short write", file);
+	}
+	pthread_mutex_unlock(&S.lock);
+	free(buf);
+	close(fd);
+	in_emu--;
+}
+
 static void *processor(void *unused)
 {
 	(void)unused;
@@ -1238,6 +1293,8 @@ static void *processor(void *unused)
 					if (n && (type == 3 ? done < n : !done))
 						break; /* the queue waits, as the hardware's does */
 				}
+				if (type == 2)
+					dump_code();
 				if (type == 2 && take_fault(i, pkt)) /* KERNEL_DISPATCH */
 					break;
 				complete(*(uint64_t *)(pkt + 56));
