@@ -19,7 +19,8 @@
  * same way as the load). Prints
  *   load rc=N identical=0|1
  *   function rc=N            (with KERNEL)
- * and exits 0 when every call returned hipSuccess and the buffer is unchanged, 1 otherwise,
+ * After the load it has the emulated GPU, when loaded, append what the GPU can see to
+ * EMUGPU_CODE_DUMP (emugpu_dump_code). Exits 0 when every call returned hipSuccess and the buffer is unchanged, 1 otherwise,
  * 2 on a bad argument or a lookup that failed.
  */
 #define _GNU_SOURCE
@@ -136,6 +137,10 @@ int main(int argc, char **argv)
 	int identical = memcmp(image, copy, len) == 0;
 	printf("load rc=%d identical=%d\n", rc, identical);
 	mark("end load");
+	/* The emulated GPU's code read-back (tests/emulated-gpu/emugpu.c), when it is loaded. */
+	void (*dump)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "emugpu_dump_code");
+	if (dump)
+		dump();
 	int ok = rc == 0 && identical;
 	if (kernel) {
 		if (!get_function) {
