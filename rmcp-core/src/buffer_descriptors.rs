@@ -17,7 +17,8 @@
 //! ```text
 //! pub struct Finding { kernel: Option<String>, literal_at: usize, buffer_at: Vec<usize>, word3: u32 }
 //! pub struct CodeObjectScan { target: String, gfx: Option<Gfx>, kernels: usize,
-//!                             findings: Vec<Finding>, undecodable: Option<usize>, at: usize, len: usize }
+//!     findings: Vec<Finding>, undecodable: Option<usize>, buffer_instructions: usize,
+//!     literal_word3: usize, at: usize, len: usize }
 //! pub struct ImageScan { objects: Vec<CodeObjectScan>, compressed_skipped: usize }
 //! pub enum ScanError { NotAnImage, Truncated, Malformed(&'static str) }
 //! pub fn scan_image(image: &[u8]) -> Result<ImageScan, ScanError>;
@@ -43,6 +44,7 @@
 //! that, and that [`fix_image`] changes only the literals.
 
 pub mod gfx10;
+pub mod write;
 
 use std::collections::BTreeMap;
 
@@ -81,6 +83,10 @@ pub struct CodeObjectScan {
     pub findings: Vec<Finding>,
     /// Where (image offset) the decoder met code it cannot size; then `findings` is empty.
     pub undecodable: Option<usize>,
+    /// MUBUF/MTBUF instructions decoded (RDNA1 objects only), and how many of them read a
+    /// word 3 that is a known literal (broken or not).
+    pub buffer_instructions: usize,
+    pub literal_word3: usize,
     /// Where the object starts in the image, and its length.
     pub at: usize,
     pub len: usize,
@@ -379,6 +385,8 @@ fn scan_elf(
         kernels,
         findings: Vec::new(),
         undecodable: None,
+        buffer_instructions: 0,
+        literal_word3: 0,
         at,
         len,
     };
@@ -423,7 +431,9 @@ fn scan_elf(
         let code = &elf[*start..*end];
         match scan_code(code) {
             Ok(found) => {
-                for (lit, buf, word3) in found {
+                obj.buffer_instructions += found.buffers;
+                obj.literal_word3 += found.literal_word3;
+                for (lit, buf, word3) in found.broken {
                     let f = findings.entry(at + start + lit).or_insert_with(|| Finding {
                         kernel: name.clone(),
                         literal_at: at + start + lit,
@@ -509,10 +519,20 @@ fn slice(b: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
 type Reg = Option<(u32, usize)>;
 type State = [Reg; SGPRS];
 
-/// Broken literals in one function's code and the buffer instructions they reach:
-/// `(literal offset, buffer instruction offset, value)`, offsets relative to `code`; Err
-/// with the offset of an instruction the decoder cannot size.
-fn scan_code(code: &[u8]) -> Result<Vec<(usize, usize, u32)>, usize> {
+/// What one function's code holds.
+#[derive(Default)]
+struct CodeScan {
+    /// Broken literals and the buffer instructions they reach: `(literal offset, buffer
+    /// instruction offset, value)`, offsets relative to the code.
+    broken: Vec<(usize, usize, u32)>,
+    /// Buffer instructions reached, and those whose word 3 is a known literal.
+    buffers: usize,
+    literal_word3: usize,
+}
+
+/// Scans one function's code; Err with the offset of an instruction the decoder cannot
+/// size.
+fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
     // Decode linearly.
     let mut insns: Vec<(usize, gfx10::Insn)> = Vec::new();
     let mut at = 0;
@@ -526,7 +546,7 @@ fn scan_code(code: &[u8]) -> Result<Vec<(usize, usize, u32)>, usize> {
         }
     }
     if insns.is_empty() {
-        return Ok(Vec::new());
+        return Ok(CodeScan::default());
     }
     let index_of = |off: usize| insns.binary_search_by_key(&off, |(a, _)| *a).ok();
     // Block leaders: the start, branch targets, what follows a branch, stop or call.
@@ -622,16 +642,18 @@ fn scan_code(code: &[u8]) -> Result<Vec<(usize, usize, u32)>, usize> {
         }
     }
     // At the fixed point: the buffer instructions whose word 3 is a known broken literal.
-    let mut found = Vec::new();
+    let mut found = CodeScan::default();
     for b in 0..blocks {
         let Some(mut state) = input[b].clone() else {
             continue;
         };
         for (at, insn) in &insns[starts[b]..end_of(b)] {
             if let Effect::Buffer { srsrc } = insn.effect {
+                found.buffers += 1;
                 if let Some(Some((value, lit))) = state.get(srsrc as usize + 3) {
+                    found.literal_word3 += 1;
                     if is_broken_word3(*value) {
-                        found.push((*lit, *at, *value));
+                        found.broken.push((*lit, *at, *value));
                     }
                 }
             }
