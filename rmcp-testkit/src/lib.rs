@@ -10,6 +10,7 @@
 
 pub mod artifacts;
 pub mod bounded;
+pub mod compat_root;
 pub mod doctor_text;
 pub mod host;
 pub mod locate;
@@ -20,6 +21,7 @@ pub mod stress_model;
 
 pub use artifacts::*;
 pub use bounded::output_within;
+pub use compat_root::{RootDir, compat_cache, compat_root, triton_root};
 pub use doctor_text::check_doctor_layout;
 pub use host::*;
 pub use locate::*;
