@@ -314,144 +314,78 @@ fn on_5_2_3_a_refused_fixed_image_is_tried_again_as_it_was() {
     assert_eq!(with.stats["calls"]["hipModuleLoadData"]["fallbacks"], 1);
 }
 
-/// The compat cache's 7.2.4 root (tests/compat/run builds it), when this process may
-/// chroot into it. None: a skip.
-fn root_724() -> Option<PathBuf> {
-    let cache = std::env::var_os("RMCP_COMPAT_CACHE")
-        .map_or_else(|| PathBuf::from("/var/cache/rmcp-compat"), PathBuf::from);
-    let root = cache.join("roots/exp");
-    if !root
-        .join("usr/lib/x86_64-linux-gnu/libamdhip64.so.7")
-        .exists()
-    {
-        missing(&format!(
-            "no 7.2.4 root at {} (tests/compat/run builds it; RMCP_COMPAT_CACHE names the cache)",
-            root.display()
-        ));
-        return None;
+/// A run's environment in a compat root: the emulator (and the shim when `shim`) preloaded,
+/// the code read-back and the stats file in `dir`, named by `tag`.
+fn root_env(dir: &RootDir, fixture: &str, shim: bool, tag: &str) -> Vec<(&'static str, String)> {
+    let inside = |name: &str| dir.inside.join(name).display().to_string();
+    let _ = std::fs::remove_file(dir.host().join(format!("dump-{tag}.bin")));
+    let _ = std::fs::remove_file(dir.host().join(format!("stats-{tag}.json")));
+    let mut preload = inside("libemugpu.so");
+    let mut env = vec![
+        ("EMUGPU_FIXTURE", inside(fixture)),
+        ("EMUGPU_LOG", inside(&format!("emu-{tag}.jsonl"))),
+        ("EMUGPU_CODE_DUMP", inside(&format!("dump-{tag}.bin"))),
+    ];
+    if shim {
+        preload = format!("{preload}:{}", inside("librmcp_shim.so"));
+        env.push(("RMCP_STATS_FILE", inside(&format!("stats-{tag}.json"))));
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        missing("the 7.2.4 root needs root (chroot)");
-        return None;
-    }
-    Some(root)
+    env.push(("LD_PRELOAD", preload));
+    env
 }
 
-/// A directory inside the 7.2.4 root holding what a run there needs: the program, the
-/// emulator, the shim, the fixtures, the objects, and `lib/libamdhip64.so` (Debian's 7.x
-/// hipGetProcAddress looks its own library up by that name, and Triton's driver dlopens
-/// it; libamdhip64-dev, which ships the link, is not in the root). Removed when dropped.
-struct InRoot {
-    root: PathBuf,
-    /// Its path inside the root.
-    at: PathBuf,
-}
-
-impl InRoot {
-    fn new(root: &Path, lib: &Path, objects: &Path) -> InRoot {
-        let at = PathBuf::from(format!("/tmp/rmcp-module-load-{}", std::process::id()));
-        let host = root.join(at.strip_prefix("/").unwrap());
-        let _ = std::fs::remove_dir_all(&host);
-        std::fs::create_dir_all(host.join("lib")).unwrap();
-        let shim = shim_path();
-        let body = shim.with_file_name("librmcp_shim_body.so");
-        for (from, name) in [
-            (module_load_program(7), "module_load7"),
-            (lib.to_path_buf(), "libemugpu.so"),
-            (shim, "librmcp_shim.so"),
-            (body, "librmcp_shim_body.so"),
-        ] {
-            std::fs::copy(&from, host.join(name))
-                .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
-        }
-        for entry in std::fs::read_dir(objects).unwrap() {
-            let p = entry.unwrap().path();
-            if p.extension().is_some_and(|e| e == "hsaco") {
-                std::fs::copy(&p, host.join(p.file_name().unwrap())).unwrap();
-            }
-        }
-        for fixture in ["rdna1", "rdna2"] {
-            let st = Command::new("cp")
-                .arg("-r")
-                .arg(fixture_dir(fixture))
-                .arg(host.join(fixture))
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
-        std::os::unix::fs::symlink(
-            "/usr/lib/x86_64-linux-gnu/libamdhip64.so.7",
-            host.join("lib/libamdhip64.so"),
-        )
-        .unwrap();
-        InRoot {
-            root: root.to_path_buf(),
-            at,
-        }
-    }
-
-    fn host(&self, name: &str) -> PathBuf {
-        self.root
-            .join(self.at.strip_prefix("/").unwrap())
-            .join(name)
-    }
-
-    fn inside(&self, name: &str) -> String {
-        self.at.join(name).display().to_string()
-    }
-
-    /// `module_load7 proc OBJECT add_kernel` in the root on `fixture`.
-    fn run(&self, fixture: &str, shim: bool, env: &[(&str, &str)], object: &str) -> Ran {
-        let _ = std::fs::remove_file(self.host("dump.bin"));
-        let _ = std::fs::remove_file(self.host("stats.json"));
-        let mut preload = self.inside("libemugpu.so");
-        let mut vars: Vec<String> = vec![
-            "PATH=/usr/sbin:/usr/bin:/sbin:/bin".into(),
-            "HOME=/root".into(),
-            format!("LD_LIBRARY_PATH={}", self.inside("lib")),
-            format!("EMUGPU_FIXTURE={}", self.inside(fixture)),
-            format!("EMUGPU_LOG={}", self.inside("emu.jsonl")),
-            format!("EMUGPU_CODE_DUMP={}", self.inside("dump.bin")),
-        ];
-        if shim {
-            preload = format!("{preload}:{}", self.inside("librmcp_shim.so"));
-            vars.push(format!("RMCP_STATS_FILE={}", self.inside("stats.json")));
-        }
-        vars.push(format!("LD_PRELOAD={preload}"));
-        vars.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
-        let mut cmd = Command::new("chroot");
-        cmd.arg(&self.root)
-            .args(["/usr/bin/env", "-i"])
-            .args(&vars)
-            .arg(self.inside("module_load7"))
-            .args(["proc", &self.inside(object), "add_kernel"]);
-        let out = output_within(&mut cmd, Duration::from_secs(180)).expect("module_load7");
-        Ran {
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            dump: std::fs::read(self.host("dump.bin")).unwrap_or_default(),
-            stats: std::fs::read(self.host("stats.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or(serde_json::Value::Null),
-        }
+/// What a run in a root left: its output, the read-back, the stats.
+fn root_ran(dir: &RootDir, tag: &str, cmd: &mut Command) -> Ran {
+    let out = output_within(cmd, Duration::from_secs(300)).expect("a run in the root");
+    let host = dir.host();
+    Ran {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        dump: std::fs::read(host.join(format!("dump-{tag}.bin"))).unwrap_or_default(),
+        stats: std::fs::read(host.join(format!("stats-{tag}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null),
     }
 }
 
-impl Drop for InRoot {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(self.root.join(self.at.strip_prefix("/").unwrap()));
+/// A scratch directory in a compat root with the emulator, the shim (its two files) and the
+/// rdna1 and rdna2 fixtures.
+fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
+    let dir = RootDir::new(root, tag);
+    let shim = shim_path();
+    dir.copy(lib, "libemugpu.so");
+    dir.copy(
+        &shim.with_file_name("librmcp_shim_body.so"),
+        "librmcp_shim_body.so",
+    );
+    dir.copy(&shim, "librmcp_shim.so");
+    for fixture in ["rdna1", "rdna2"] {
+        dir.copy(&repo().join("tests/fixtures").join(fixture), fixture);
     }
+    dir
 }
 
-fn fixture_dir(name: &str) -> PathBuf {
-    repo().join("tests/fixtures").join(name)
+/// The 7.2.4 runs of `module_load7 proc OBJECT add_kernel`, in `dir` (`root_dir`, the
+/// objects copied in, and `lib/libamdhip64.so`: Debian's 7.x hipGetProcAddress looks its
+/// own library up by that name, and Triton's driver dlopens it; the root has no
+/// libamdhip64-dev, which ships the link).
+fn run7(dir: &RootDir, fixture: &str, shim: bool, env: &[(&str, &str)], object: &str) -> Ran {
+    let inside = |name: &str| dir.inside.join(name).display().to_string();
+    let mut vars = root_env(dir, fixture, shim, "proc");
+    vars.push(("LD_LIBRARY_PATH", inside("lib")));
+    vars.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+    let args = ["proc".to_string(), inside(object), "add_kernel".into()];
+    root_ran(
+        dir,
+        "proc",
+        &mut dir.command(&vars, &inside("module_load7"), &args),
+    )
 }
 
 #[test]
 fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1() {
-    let (Some(lib), Some(root)) = (emugpu_lib(), root_724()) else {
+    let (Some(lib), Some(root)) = (emugpu_lib(), compat_root("exp")) else {
         return;
     };
     let objects = tempfile::tempdir().unwrap();
@@ -459,14 +393,28 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
         return;
     }
     let object = "add-gfx1010-bufops1.hsaco";
+    let gfx1030 = "add-gfx1030-bufops1.hsaco";
     let triton = code(&std::fs::read(objects.path().join(object)).unwrap());
-    let r = InRoot::new(&root, &lib, objects.path());
+    let dir = root_dir(&root, &lib, "module-load");
+    dir.copy(&module_load_program(7), "module_load7");
+    for o in [object, gfx1030] {
+        dir.copy(&objects.path().join(o), o);
+    }
+    std::fs::create_dir(dir.host().join("lib")).unwrap();
+    std::os::unix::fs::symlink(
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.7",
+        dir.host().join("lib/libamdhip64.so"),
+    )
+    .unwrap();
+    let r = |fixture: &str, shim: bool, env: &[(&str, &str)], object: &str| {
+        run7(&dir, fixture, shim, env, object)
+    };
 
-    let none = r.run("rdna1", false, &[], object);
+    let none = r("rdna1", false, &[], object);
     assert_eq!(none.stdout, LOADED, "without rmcp: {}", none.stderr);
     assert_eq!(seen(&none.dump, &triton), Seen::Original);
 
-    let fixed = r.run("rdna1", true, &[], object);
+    let fixed = r("rdna1", true, &[], object);
     assert_eq!(fixed.stdout, LOADED, "with rmcp: {}", fixed.stderr);
     assert_eq!(seen(&fixed.dump, &triton), Seen::Fixed);
     assert_eq!(fixed.count("fixed"), 1);
@@ -481,7 +429,7 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
     );
 
     for (setting, n) in [("warn", 1), ("off", 0)] {
-        let w = r.run(
+        let w = r(
             "rdna1",
             true,
             &[("RMCP_BUFFER_DESCRIPTORS", setting)],
@@ -496,7 +444,7 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
     // On an RDNA2 card: the gfx1010 object run there through the override is left as it
     // is, and Triton's gfx1030 object (already in the RDNA layout) too.
     let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
-    let o = r.run("rdna2", true, &rdna2, object);
+    let o = r("rdna2", true, &rdna2, object);
     assert_eq!(o.stdout, LOADED, "rdna2: {}", o.stderr);
     assert_eq!(seen(&o.dump, &triton), Seen::Original);
     assert_eq!(
@@ -504,9 +452,8 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
         (1, 0, 0)
     );
     assert!(o.said().is_empty(), "{}", o.stderr);
-    let gfx1030 = "add-gfx1030-bufops1.hsaco";
     let own = text_of(&std::fs::read(objects.path().join(gfx1030)).unwrap());
-    let g = r.run(
+    let g = r(
         "rdna2",
         true,
         &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],

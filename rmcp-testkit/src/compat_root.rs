@@ -91,7 +91,8 @@ impl RootDir {
 
     /// The directory as this test sees it.
     pub fn host(&self) -> PathBuf {
-        self.root.join(self.inside.strip_prefix("/").expect("absolute"))
+        self.root
+            .join(self.inside.strip_prefix("/").expect("absolute"))
     }
 
     /// Copies `file` (a file or a directory tree) in as `name`; its path inside the root.
@@ -111,15 +112,22 @@ impl RootDir {
     /// one unless `env` names it, HOME this directory) and /proc mounted for it alone.
     pub fn command(&self, env: &[(&str, String)], program: &str, args: &[String]) -> Command {
         let mut cmd = Command::new("/usr/bin/unshare");
-        cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-ec"])
-            .arg(
-                "root=$1; dir=$2; shift 2; /bin/mount -t proc proc \"$root/proc\"; \
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-ec",
+        ])
+        .arg(
+            "root=$1; dir=$2; shift 2; /bin/mount -t proc proc \"$root/proc\"; \
                  exec /usr/sbin/chroot \"$root\" /bin/sh -c \
                  'cd \"$0\" && exec /usr/bin/env -i \"$@\"' \"$dir\" \"$@\"",
-            )
-            .arg("sh")
-            .arg(&self.root)
-            .arg(&self.inside);
+        )
+        .arg("sh")
+        .arg(&self.root)
+        .arg(&self.inside);
         if !env.iter().any(|(k, _)| *k == "PATH") {
             cmd.arg("PATH=/usr/bin:/bin");
         }
