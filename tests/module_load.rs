@@ -466,3 +466,67 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
         "the gfx1030 code reached the GPU as it was"
     );
 }
+
+/// Real Triton 3.5.1 (scripts/triton-root) in the 7.2.4 root on the emulated RX 5700 XT,
+/// with buffer ops on (AMDGCN_USE_BUFFER_OPS=1; 3.5.1's default is off): tests/triton/
+/// vector_add.py compiles, loads (hipGetProcAddress, hipModuleLoadDataEx) and launches its
+/// vector add. Without rmcp the GPU gets Triton's code as compiled, with rmcp the fixed
+/// code; Triton's own code object (its bytes, written out by the program) and every line
+/// the program prints are the same both ways.
+#[test]
+fn real_triton_on_7_2_4_gets_its_kernel_fixed_under_rmcp() {
+    let (Some(lib), Some(root)) = (emugpu_lib(), triton_root()) else {
+        return;
+    };
+    let dir = root_dir(&root, &lib, "module-load-triton");
+    let triton = dir.copy(&repo().join("tests/triton"), "triton");
+    let inside = |name: &str| dir.inside.join(name).display().to_string();
+    let run = |shim: bool, tag: &str| -> (Ran, Vec<u8>) {
+        let mut env = root_env(&dir, "rdna1", shim, tag);
+        env.extend([
+            ("PATH", "/opt/rmcp-triton/venv/bin:/usr/bin:/bin".to_string()),
+            ("PYTHONPATH", triton.display().to_string()),
+            ("LD_LIBRARY_PATH", "/opt/rmcp-triton/lib".to_string()),
+            (
+                "TRITON_LIBHIP_PATH",
+                "/opt/rmcp-triton/lib/libamdhip64.so".to_string(),
+            ),
+            ("TRITON_CACHE_DIR", inside(&format!("cache-{tag}"))),
+            ("AMDGCN_USE_BUFFER_OPS", "1".to_string()),
+            ("RMCP_TEST_HSACO", inside(&format!("{tag}.hsaco"))),
+        ]);
+        let script = triton.join("vector_add.py").display().to_string();
+        let ran = root_ran(&dir, tag, &mut dir.command(&env, "python3", &[script]));
+        let hsaco = std::fs::read(dir.host().join(format!("{tag}.hsaco"))).unwrap_or_default();
+        (ran, hsaco)
+    };
+    let (none, none_hsaco) = run(false, "none");
+    let (with, with_hsaco) = run(true, "rmcp");
+    for (what, ran) in [("without rmcp", &none), ("with rmcp", &with)] {
+        for line in [
+            "compiled for: gfx1010",
+            "module loaded: True",
+            "function found: True",
+            "launched: 4 blocks of 256",
+        ] {
+            assert!(
+                ran.stdout.lines().any(|l| l == line),
+                "{what}: no {line:?} in\n{}\n{}",
+                ran.stdout,
+                ran.stderr
+            );
+        }
+    }
+    assert_eq!(with.stdout, none.stdout, "the program sees the same");
+    assert_eq!(with_hsaco, none_hsaco, "Triton's code object is Triton's");
+    let kernel = code(&none_hsaco);
+    let scan = scan_image(&none_hsaco).unwrap();
+    assert_eq!(scan.literals(), 1, "Triton's buffer-ops kernel: {scan:?}");
+    assert_eq!(seen(&none.dump, &kernel), Seen::Original);
+    assert_eq!(seen(&with.dump, &kernel), Seen::Fixed);
+    assert_eq!((with.count("fixed"), with.count("instructions_fixed")), (1, 1));
+    assert_eq!(with.stats["calls"]["hipModuleLoadDataEx"]["rewritten"], 1);
+    let said = with.said();
+    assert_eq!(said.len(), 1, "{}", with.stderr);
+    assert!(said[0].contains("hipModuleLoadDataEx"), "{said:?}");
+}
