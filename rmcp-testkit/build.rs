@@ -14,7 +14,7 @@
 //! * `RMCP_FRAMEWORK_5/6/7`: the same source as a shared library exporting
 //!   `probe_main`, DT_NEEDED the runtime, no rpath.
 //! * `RMCP_DLOPEN_CLIENT`: tests/c/dlopen_client.c, not linked to the runtime.
-//! * `RMCP_HOTPATH`, `RMCP_DLSYM_CLIENT`, `RMCP_SCOPE_LIB_5/6`, `RMCP_STRESS_CLIENT`,
+//! * `RMCP_HOTPATH`, `RMCP_DLSYM_CLIENT`, `RMCP_DLSYM_TABLE`, `RMCP_SCOPE_LIB_5/6`, `RMCP_STRESS_CLIENT`,
 //!   `RMCP_FORK_CLIENT`, `RMCP_BENCH_CLIENT`, `RMCP_NOMEM_CLIENT`, `RMCP_FD_CLIENT`,
 //!   `RMCP_NW_PLUGIN_5/6`, `RMCP_NW_CLIENT`, `RMCP_NW_SITES`: see the
 //!   functions that build them below.
@@ -405,6 +405,8 @@ fn dlsym_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
     const CLIENT: &str = "tests/c/dlsym_client.c";
     const SCOPE: &str = "tests/c/dlsym_scope.c";
     const SCOPEDEP: &str = "tests/c/dlsym_scopedep.c";
+    const TABLE: &str = "tests/c/dlsym_table.c";
+    const TABLE_LIB: &str = "tests/c/dlsym_table_lib.c";
     for path in [CLIENT, SCOPE, SCOPEDEP, "tests/c/owner.h"] {
         rerun_if_changed(path);
     }
@@ -420,6 +422,38 @@ fn dlsym_clients(cc: &Compiler, root_dir: &Path, out: &Path) {
         ],
     );
     println!("cargo:rustc-env=RMCP_DLSYM_CLIENT={}", client.display());
+    // Issue 33's table: the program and its library, found through its rpath $ORIGIN.
+    for path in [TABLE, TABLE_LIB] {
+        rerun_if_changed(path);
+    }
+    let dir = out.join("dlsym-table");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    cc.run(
+        "libdlsym_table_lib.so",
+        &[
+            "-shared".into(),
+            "-fPIC".into(),
+            "-Wl,-soname,libdlsym_table_lib.so".into(),
+            "-o".into(),
+            dir.join("libdlsym_table_lib.so").display().to_string(),
+            src(TABLE_LIB),
+            "-ldl".into(),
+        ],
+    );
+    let table = dir.join("dlsym_table");
+    cc.run(
+        "dlsym_table",
+        &[
+            "-o".into(),
+            table.display().to_string(),
+            src(TABLE),
+            format!("-L{}", dir.display()),
+            "-ldlsym_table_lib".into(),
+            "-ldl".into(),
+            "-Wl,-rpath,$ORIGIN".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_DLSYM_TABLE={}", table.display());
     for major in [5u32, 6] {
         let dir = out.join(format!("scope-{major}"));
         fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));

@@ -96,9 +96,9 @@ impl Observed {
     }
 }
 
-/// Exported functions that are not HIP entry points: the lookup `dlsym`, so that callers
-/// which look HIP up on a handle get the hooks too.
-pub const LOOKUP_EXPORTS: [&str; 1] = ["dlsym"];
+/// Exported functions that are not HIP entry points: the lookups `dlsym` and `dlvsym`, so
+/// that callers which look HIP up on a handle get the hooks too.
+pub const LOOKUP_EXPORTS: [&str; 2] = ["dlsym", "dlvsym"];
 
 impl Hook {
     pub const fn index(self) -> usize {
@@ -190,9 +190,9 @@ mod tests {
     }
 
     #[test]
-    fn exported_names_are_hooks_then_dlsym() {
+    fn exported_names_are_hooks_then_the_lookups() {
         let all: Vec<_> = exported_names().collect();
-        assert_eq!(all.len(), Hook::COUNT + Observed::COUNT + 1);
-        assert_eq!(all.last(), Some(&"dlsym"));
+        assert_eq!(all.len(), Hook::COUNT + Observed::COUNT + 2);
+        assert_eq!(all[all.len() - 2..], ["dlsym", "dlvsym"]);
     }
 }

@@ -16,14 +16,47 @@ use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Bumped whenever `Front` or `Body` changes.
-pub const ABI: u32 = 7;
+pub const ABI: u32 = 8;
 
+/// glibc's `dlvsym`, or a wrapper with its signature.
+pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
 /// glibc's `dlsym`, or a wrapper with its signature.
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 /// `dlsym(RTLD_NEXT, name)` as seen from the front.
 pub type NextFn = unsafe extern "C" fn(*const c_char) -> *mut c_void;
 /// The body's lookup of a hooked name: (handle, name, the caller's return address).
-pub type LookupFn = extern "C" fn(*mut c_void, *const c_char, usize) -> *mut c_void;
+pub type LookupFn = extern "C" fn(*mut c_void, *const c_char, usize) -> Answer;
+/// The body's versioned lookup of a hooked name: (handle, name, version, the caller's
+/// return address).
+pub type VlookupFn = extern "C" fn(*mut c_void, *const c_char, *const c_char, usize) -> Answer;
+
+/// What a lookup of a hooked name answers (issue 33: the thread's `dlerror()` state is
+/// part of the answer). Returned in two registers (rax, rdx).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Answer {
+    /// Non-zero: the caller's lookup goes on to the next `dlsym` / `dlvsym`, with the
+    /// caller's own registers and return address, so that the loader answers it, pointer
+    /// and `dlerror()` state alike, exactly as without the shim. `value` is then unused.
+    pub next: usize,
+    /// The pointer the lookup returns when `next` is 0. The thread's `dlerror()` state has
+    /// been made what the caller's own lookup would have left: none when `value` is
+    /// non-null, the loader's message for a failed lookup when it is null.
+    pub value: *mut c_void,
+}
+
+impl Answer {
+    /// Go on to the next lookup function.
+    pub const NEXT: Answer = Answer {
+        next: 1,
+        value: core::ptr::null_mut(),
+    };
+
+    /// Answer `value` (with the `dlerror()` state already made right).
+    pub const fn value(value: *mut c_void) -> Answer {
+        Answer { next: 0, value }
+    }
+}
 /// `size_t rmcp_shim_stats(char *buf, size_t len)`.
 pub type StatsFn = extern "C" fn(*mut c_char, usize) -> usize;
 
@@ -53,6 +86,8 @@ pub struct Front<const HOOKS: usize> {
     pub glibc_dlsym: AtomicUsize,
     /// The dlsym after the front (another wrapper's, or glibc's; 0 until found).
     pub next_dlsym: AtomicUsize,
+    /// The dlvsym after the front (another wrapper's, or glibc's; 0 until found).
+    pub next_dlvsym: AtomicUsize,
     /// `dlsym(RTLD_NEXT, name)` from the front's place in the search order.
     pub next: NextFn,
     /// The front's own `dlsym`: an address inside the front, to recognise its handle.
@@ -80,6 +115,7 @@ pub struct Body<const HOOKS: usize> {
     pub hooks: u32,
     pub reserved: u32,
     pub lookup: LookupFn,
+    pub vlookup: VlookupFn,
     pub stats: StatsFn,
     /// Called by the front's fork handler in the parent, before every fork, once the body is
     /// attached: whatever a child could otherwise only learn from the loader, learnt now.
@@ -114,6 +150,14 @@ impl<const HOOKS: usize> Front<HOOKS> {
     /// The dlsym after the front, once found.
     pub fn next_dlsym(&self) -> Option<DlsymFn> {
         fn_at(self.next_dlsym.load(Ordering::Acquire))
+    }
+
+    /// The dlvsym after the front, once found.
+    pub fn next_dlvsym(&self) -> Option<DlvsymFn> {
+        let addr = self.next_dlvsym.load(Ordering::Acquire);
+        // SAFETY: the front stores here only the address of a function with `dlvsym`'s
+        // signature (the next definition of `dlvsym` after it).
+        (addr != 0).then(|| unsafe { core::mem::transmute::<usize, DlvsymFn>(addr) })
     }
 
     /// The current generation (see the field): one load.

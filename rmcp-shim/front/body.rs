@@ -24,6 +24,7 @@ const FAILED: u32 = 2;
 
 static STATE: AtomicU32 = AtomicU32::new(UNTRIED);
 static LOOKUP: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+static VLOOKUP: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static STATS: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static BEFORE_FORK: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
 static DEEPBIND_SEEN: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
@@ -234,6 +235,7 @@ pub fn attach() -> bool {
     STATS.store(body.stats as *mut c_void, Ordering::Release);
     BEFORE_FORK.store(body.before_fork as *mut c_void, Ordering::Release);
     DEEPBIND_SEEN.store(body.deepbind_seen as *mut c_void, Ordering::Release);
+    VLOOKUP.store(body.vlookup as *mut c_void, Ordering::Release);
     LOOKUP.store(body.lookup as *mut c_void, Ordering::Release);
     for (slot, entry) in crate::ENTRIES.iter().zip(body.entries) {
         slot.store(entry.cast_mut(), Ordering::Release);
@@ -263,6 +265,13 @@ pub fn lookup() -> Option<abi::LookupFn> {
     // SAFETY: only `attach` stores here: the body's `LookupFn`, from a body that stays
     // mapped (RTLD_NODELETE).
     (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, abi::LookupFn>(p) })
+}
+
+/// The body's versioned lookup, once attached.
+pub fn vlookup() -> Option<abi::VlookupFn> {
+    let p = VLOOKUP.load(Ordering::Acquire);
+    // SAFETY: as for `lookup`.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut c_void, abi::VlookupFn>(p) })
 }
 
 /// The body's stats function, once attached.

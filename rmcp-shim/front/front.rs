@@ -19,17 +19,19 @@
 //!   return address at [rsp]). After that, a hooked call costs one indirect jump here.
 //! - `rmcp_shim_stats`, the counters as JSON (for Python's `rmcp_rdna.stats()`), from the
 //!   body, which it attaches if need be.
-//! - `dlsym`: a lookup that is not for a hooked name (anything not starting "hip" first, by
-//!   three byte compares) or on RTLD_NEXT leaves by a jump to the next dlsym, so it answers
-//!   as without the shim. A hooked name goes to the body's `lookup` when the body is
-//!   attached; before that, when the answer without the shim is NULL (a presence probe in a
-//!   process without HIP), the answer is NULL and nothing is loaded; otherwise the body is
-//!   attached first.
+//! - `dlsym` and `dlvsym`: a lookup that is not for a hooked name (anything not starting
+//!   "hip" first, by three byte compares) or on RTLD_NEXT leaves by a jump to the next
+//!   dlsym (dlvsym), so it answers as without the shim. A hooked name asks `route` (the body's
+//!   `lookup` once the body is attached), which either sends the caller on to the next
+//!   dlsym, with its registers and return address, or returns a value (issue 33: the
+//!   caller's `dlerror()` state is part of the answer; see `route`). Before the body is
+//!   attached, a lookup whose answer without the shim is NULL (a presence probe in a process
+//!   without HIP) loads nothing; otherwise the body is attached first.
 //! - what the body needs from the object the process preloaded (`abi::Front`): glibc's
-//!   dlsym, the next dlsym after this object, `dlsym(RTLD_NEXT)` from this object's place in
-//!   the search order, the address of each export, the thread-state block (initial-exec
-//!   TLS, so that access from the lazily mapped body never allocates), and what descriptor 2
-//!   was at load.
+//!   dlsym, the next dlsym and dlvsym after this object, `dlsym(RTLD_NEXT)` from this
+//!   object's place in the search order, the address of each export, the thread-state block
+//!   (initial-exec TLS, so that access from the lazily mapped body never allocates), and
+//!   what descriptor 2 was at load.
 //!
 //! If the body cannot be mapped (the file is missing, ABI mismatch, no memory), every call
 //! still goes where it would have gone without the shim, unchanged: the next definition
@@ -42,7 +44,8 @@
 //! panic handler exists because `no_std` requires one; it traps and cannot unwind.
 //!
 //! Nothing here may call a function this object exports through the PLT: `dlsym` would
-//! reach this object's own. glibc's is found with dlvsym, which the object does not export.
+//! reach this object's own. glibc's is found with glibc's own dlvsym, which `sys` reads from
+//! libc's dynamic symbol table (this object exports a `dlvsym` too).
 //! glibc reads dlsym's return address to tell what RTLD_NEXT is after, so the calls that
 //! mean "after this object" must be real calls from here, never tail jumps
 //! (`next_after_front`).
@@ -188,6 +191,7 @@ macro_rules! front_hooks {
             stderr_ino: AtomicU64::new(0),
             glibc_dlsym: AtomicUsize::new(0),
             next_dlsym: AtomicUsize::new(0),
+            next_dlvsym: AtomicUsize::new(0),
             next: next_after_front,
             dlsym_export: Addr((&raw const OWN_DLSYM).cast()),
             thread_offset: AtomicUsize::new(0),
@@ -239,9 +243,11 @@ core::arch::global_asm!(
 );
 
 // dlsym. The fast way out is for names that do not start "hip", "__hip" or "hsa_" (the
-// hooked and observed names start so) and for RTLD_NEXT ((void *)-1): a jump to the next dlsym, so that it (and an audit module) sees the original
-// caller. A "hip" name asks `route(handle, name, return address)`, which gives the function
-// to go on to with (handle, name, return address).
+// hooked and observed names start so) and for RTLD_NEXT ((void *)-1): a jump to the next
+// dlsym, so that it (and an audit module) sees the original caller. A "hip" name asks
+// `route(handle, name, return address)`, which answers in two registers (`Route`): a dlsym
+// to jump to with the caller's registers and return address (rax), or, when rax is 0, the
+// value to return (rdx).
 core::arch::global_asm!(
     ".pushsection .text",
     ".globl dlsym",
@@ -271,8 +277,12 @@ core::arch::global_asm!(
     "add rsp, 8",
     "pop rsi",
     "pop rdi",
-    "mov rdx, qword ptr [rsp]",
+    "test rax, rax",
+    "jz .Lrmcp_dlsym_value",
     "jmp rax",
+    ".Lrmcp_dlsym_value:",
+    "mov rax, rdx",
+    "ret",
     ".Lrmcp_dlsym_under:",
     "cmp byte ptr [rsi + 1], 0x5f", // _
     "jne .Lrmcp_dlsym_next",
@@ -312,6 +322,86 @@ core::arch::global_asm!(
     find_next = sym find_next_dlsym,
     front = sym FRONT,
     next_dlsym = const core::mem::offset_of!(Front<HOOKS>, next_dlsym),
+);
+
+// dlvsym, routed as dlsym is: names that do not start "hip", "__hip" or "hsa_", null
+// arguments and RTLD_NEXT jump to the next dlvsym; a "hip" name asks
+// `route_versioned(handle, name, version, return address)`, which answers as `route` does.
+// Three pushes leave the stack aligned for the call (rsp = 8 mod 16 at entry).
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".globl dlvsym",
+    ".type dlvsym, @function",
+    ".p2align 4",
+    "dlvsym:",
+    "test rsi, rsi",
+    "jz .Lrmcp_dlvsym_next",
+    "test rdx, rdx",
+    "jz .Lrmcp_dlvsym_next",
+    "cmp rdi, -1",
+    "je .Lrmcp_dlvsym_next",
+    "cmp byte ptr [rsi], 0x5f", // _: "__hip"
+    "je .Lrmcp_dlvsym_under",
+    "cmp byte ptr [rsi], 0x68", // h
+    "jne .Lrmcp_dlvsym_next",
+    "cmp byte ptr [rsi + 1], 0x73", // s: "hsa_"
+    "je .Lrmcp_dlvsym_hsa",
+    "cmp byte ptr [rsi + 1], 0x69", // i
+    "jne .Lrmcp_dlvsym_next",
+    "cmp byte ptr [rsi + 2], 0x70", // p
+    "jne .Lrmcp_dlvsym_next",
+    ".Lrmcp_dlvsym_route:",
+    "push rdi",
+    "push rsi",
+    "push rdx",
+    "mov rcx, qword ptr [rsp + 24]",
+    "call {route}",
+    "test rax, rax",
+    "jz .Lrmcp_dlvsym_value",
+    "pop rdx",
+    "pop rsi",
+    "pop rdi",
+    "jmp rax",
+    ".Lrmcp_dlvsym_value:",
+    "mov rax, rdx",
+    "add rsp, 24",
+    "ret",
+    ".Lrmcp_dlvsym_under:",
+    "cmp byte ptr [rsi + 1], 0x5f", // _
+    "jne .Lrmcp_dlvsym_next",
+    "cmp byte ptr [rsi + 2], 0x68", // h
+    "jne .Lrmcp_dlvsym_next",
+    "cmp byte ptr [rsi + 3], 0x69", // i
+    "jne .Lrmcp_dlvsym_next",
+    "cmp byte ptr [rsi + 4], 0x70", // p
+    "jne .Lrmcp_dlvsym_next",
+    "jmp .Lrmcp_dlvsym_route",
+    ".Lrmcp_dlvsym_hsa:",
+    "cmp byte ptr [rsi + 2], 0x61", // a
+    "jne .Lrmcp_dlvsym_next",
+    "cmp byte ptr [rsi + 3], 0x5f", // _
+    "jne .Lrmcp_dlvsym_next",
+    "jmp .Lrmcp_dlvsym_route",
+    ".Lrmcp_dlvsym_next:",
+    "mov rax, qword ptr [rip + {front} + {next_dlvsym}]",
+    "test rax, rax",
+    "jz .Lrmcp_dlvsym_find",
+    "jmp rax",
+    ".Lrmcp_dlvsym_find:",
+    "push rdi",
+    "push rsi",
+    "push rdx",
+    "call {find_next}",
+    "pop rdx",
+    "pop rsi",
+    "pop rdi",
+    "jmp rax",
+    ".size dlvsym, . - dlvsym",
+    ".popsection",
+    route = sym route_versioned,
+    find_next = sym find_next_dlvsym,
+    front = sym FRONT,
+    next_dlvsym = const core::mem::offset_of!(Front<HOOKS>, next_dlvsym),
 );
 
 // The body's per-thread state (`thread::ThreadState`, 8 bytes; 16 reserved). Initial-exec:
@@ -405,6 +495,30 @@ extern "C" fn find_next_dlsym() -> usize {
         p = glibc_dlsym() as usize;
     }
     FRONT.next_dlsym.store(p, Ordering::Release);
+    p
+}
+
+extern "C" fn not_found_versioned(
+    _: *mut c_void,
+    _: *const c_char,
+    _: *const c_char,
+) -> *mut c_void {
+    core::ptr::null_mut()
+}
+
+/// The next dlvsym after this object (a wrapper preloaded after the shim, or glibc's); a
+/// function that finds nothing when the process has none.
+extern "C" fn find_next_dlvsym() -> usize {
+    let known = FRONT.next_dlvsym.load(Ordering::Acquire);
+    if known != 0 {
+        return known;
+    }
+    // SAFETY: a NUL-terminated name.
+    let mut p = unsafe { next_after_front(c"dlvsym".as_ptr()) } as usize;
+    if p == 0 {
+        p = sys::dlvsym_fn().map_or(not_found_versioned as *const () as usize, |f| f as usize);
+    }
+    FRONT.next_dlvsym.store(p, Ordering::Release);
     p
 }
 
@@ -547,6 +661,7 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 fn prepare_front() {
     glibc_dlsym();
     find_next_dlsym();
+    find_next_dlvsym();
     let offset: usize;
     // SAFETY: loads the GOT slot holding the thread-state block's offset from the thread
     // pointer (initial-exec TLS); no other effect.
@@ -653,6 +768,11 @@ extern "C" fn resolve(hook: u32, ret: usize) -> *mut c_void {
             p
         }
     });
+    // Those lookups were the front's own: they leave no dlerror() message behind.
+    if let Some(loader) = sys::loader() {
+        // SAFETY: dlerror takes no argument; its answer is dropped.
+        unsafe { (loader.dlerror)() };
+    }
     if p.is_null() {
         unavailable as *mut c_void
     } else {
@@ -660,26 +780,59 @@ extern "C" fn resolve(hook: u32, ret: usize) -> *mut c_void {
     }
 }
 
-extern "C" fn answer_null(_: *mut c_void, _: *const c_char) -> *mut c_void {
-    core::ptr::null_mut()
+/// What `route` answers, in rax and rdx: a lookup function to jump to with the caller's
+/// registers and return address (`jump`), or, when `jump` is 0, the value to return.
+#[repr(C)]
+struct Route {
+    jump: usize,
+    value: *mut c_void,
 }
 
-/// Which function a "hip" lookup goes on to, called with (handle, name, return address).
-extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> *mut c_void {
+impl Route {
+    /// On to the next dlsym: the loader answers the caller, `dlerror()` state included.
+    fn next() -> Route {
+        Route::to(find_next_dlsym())
+    }
+
+    /// On to the lookup function at `jump`.
+    fn to(jump: usize) -> Route {
+        Route {
+            jump,
+            value: core::ptr::null_mut(),
+        }
+    }
+
+    /// The body's answer (`abi::Answer`); `next`: the lookup function that follows.
+    fn of(answer: abi::Answer, next: fn() -> Route) -> Route {
+        if answer.next != 0 {
+            next()
+        } else {
+            Route {
+                jump: 0,
+                value: answer.value,
+            }
+        }
+    }
+}
+
+/// What a "hip" lookup answers, called with (handle, name, return address). Issue 33: the
+/// caller's `dlerror()` state is part of the answer, so whenever the answer without the
+/// shim is what the next dlsym gives the caller, the caller asks it itself (`Route::next`).
+extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> Route {
     // SAFETY: dlsym's contract: `name` is a NUL-terminated string (non-null: the assembly
     // checked).
     let wanted = unsafe { CStr::from_ptr(name) }.to_bytes_with_nul();
     let Some(hook) = NAMES.iter().position(|n| *n == wanted) else {
-        return find_next_dlsym() as *mut c_void;
+        return Route::next();
     };
     if installs::standing_aside() {
-        return find_next_dlsym() as *mut c_void;
+        return Route::next();
     }
     if let Some(lookup) = body::lookup() {
-        return lookup as *mut c_void;
+        return Route::of(lookup(handle, name, ret), Route::next);
     }
     if body::failed() {
-        return find_next_dlsym() as *mut c_void;
+        return Route::next();
     }
     // The answer without the shim: on a handle, the next dlsym's (unless that is this
     // object's export); on RTLD_DEFAULT, the global scope after this object, then the
@@ -688,32 +841,108 @@ extern "C" fn route(handle: *mut c_void, name: *const c_char, ret: usize) -> *mu
     // SAFETY: find_next_dlsym returns a function with dlsym's signature.
     let next = unsafe { core::mem::transmute::<usize, DlsymFn>(find_next_dlsym()) };
     // SAFETY: the caller's handle and name, as it passed them to dlsym.
-    let mut found = unsafe { next(handle, name) };
+    let found = unsafe { next(handle, name) };
     if found.is_null() {
-        return answer_null as *mut c_void;
+        // The caller's own lookup fails too: let it, with the loader's message.
+        return Route::next();
     }
     if found.cast_const() == own {
         // SAFETY: a NUL-terminated name.
-        found = unsafe { next_after_front(name) };
-        if found.is_null() && handle == sys::RTLD_DEFAULT {
-            found = in_callers_tree(ret, name, own);
+        let mut after = unsafe { next_after_front(name) };
+        if after.is_null() && handle == sys::RTLD_DEFAULT {
+            after = in_callers_tree(ret, name, own);
         }
-        if found.is_null() {
-            return answer_null as *mut c_void;
+        if after.is_null() {
+            // Without the shim the lookup fails; the caller's own would find the export.
+            return if fail_as_loader(handle, name, ret) {
+                Route {
+                    jump: 0,
+                    value: core::ptr::null_mut(),
+                }
+            } else {
+                Route::next()
+            };
         }
     }
     if PASSIVE.get(hook).copied().unwrap_or(false) {
         // A passive hook (hsa_queue_create) maps nothing for a lookup: a process may use
         // ROCr without HIP. The next dlsym answers (on RTLD_DEFAULT, this object's export,
         // which forwards as the loader would bind).
-        return find_next_dlsym() as *mut c_void;
+        return Route::next();
     }
     if body::attach() {
         if let Some(lookup) = body::lookup() {
-            return lookup as *mut c_void;
+            return Route::of(lookup(handle, name, ret), Route::next);
         }
     }
-    find_next_dlsym() as *mut c_void
+    Route::next()
+}
+
+/// What a "hip" dlvsym answers, called with (handle, name, version, return address). A
+/// versioned lookup never finds this object's exports (they have no version, and dlvsym
+/// accepts only the version asked for), so the caller's own lookup answers as without the
+/// shim, and goes on to the next dlvsym, unless the body hands its own function for the
+/// runtime's that the lookup finds (`body`'s `vlookup`). Until the body is attached, it is
+/// attached only when something defines the name at that version.
+extern "C" fn route_versioned(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    ret: usize,
+) -> Route {
+    fn next() -> Route {
+        Route::to(find_next_dlvsym())
+    }
+    // SAFETY: dlvsym's contract: `name` is a NUL-terminated string (non-null: the assembly
+    // checked).
+    let wanted = unsafe { CStr::from_ptr(name) }.to_bytes_with_nul();
+    let Some(hook) = NAMES.iter().position(|n| *n == wanted) else {
+        return next();
+    };
+    if installs::standing_aside() || PASSIVE.get(hook).copied().unwrap_or(false) {
+        return next();
+    }
+    if let Some(vlookup) = body::vlookup() {
+        return Route::of(vlookup(handle, name, version, ret), next);
+    }
+    if body::failed() {
+        return next();
+    }
+    // SAFETY: find_next_dlvsym returns a function with dlvsym's signature.
+    let nextv = unsafe { core::mem::transmute::<usize, abi::DlvsymFn>(find_next_dlvsym()) };
+    // SAFETY: the caller's own arguments.
+    if unsafe { nextv(handle, name, version) }.is_null() {
+        return next();
+    }
+    if body::attach() {
+        if let Some(vlookup) = body::vlookup() {
+            return Route::of(vlookup(handle, name, version, ret), next);
+        }
+    }
+    next()
+}
+
+/// Leaves pending the `dlerror()` message of a failed lookup of `name` on `handle` from
+/// `ret` without the shim: "<object>: undefined symbol: <name>", the object being the
+/// handle's, or the caller's for RTLD_DEFAULT (glibc names it by its link map's `l_name`),
+/// made by a failed lookup on that very link map (what dlopen returns is the link map).
+/// The main program's link map has no name and its search list holds this object's
+/// export: its message cannot be made, and the failed lookup after this object stands in
+/// for it (naming librmcp_shim.so). False when the object's own lookup finds the name (its
+/// tree holds this object): then the next dlsym answers.
+fn fail_as_loader(handle: *mut c_void, name: *const c_char, ret: usize) -> bool {
+    let map = if handle == sys::RTLD_DEFAULT {
+        sys::link_map_of(ret)
+    } else {
+        handle
+    };
+    if !map.is_null() && sys::link_map_named(map) {
+        // SAFETY: a live link map (the caller's object, or the caller's handle) is a
+        // handle for glibc's dlsym; `name` is NUL-terminated.
+        return unsafe { glibc_dlsym()(map, name) }.is_null();
+    }
+    // SAFETY: a NUL-terminated name.
+    unsafe { raw_next(name) }.is_null()
 }
 
 /// `size_t rmcp_shim_stats(char *buf, size_t len)`: this process's counters as JSON, for

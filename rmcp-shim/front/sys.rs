@@ -19,6 +19,7 @@
 //! Also the few string operations the front needs, on bytes, never panicking.
 
 use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// `Dl_info` (dlfcn.h).
 #[repr(C)]
@@ -57,8 +58,13 @@ pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 pub type DlerrorFn = unsafe extern "C" fn() -> *const c_char;
 
 unsafe extern "C" {
-    fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
     fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+    fn dladdr1(
+        addr: *const c_void,
+        info: *mut DlInfo,
+        extra: *mut *mut c_void,
+        flags: c_int,
+    ) -> c_int;
     fn dlerror() -> *const c_char;
     /// libc's `getenv`, bound lazily (below).
     #[link_name = "rmcp_front_getenv"]
@@ -195,7 +201,7 @@ core::arch::global_asm!(
     ".popsection",
 );
 
-core::arch::global_asm!(".weak dlvsym", ".weak dladdr", ".weak dlerror");
+core::arch::global_asm!(".weak dladdr", ".weak dladdr1", ".weak dlerror");
 
 /// The address a weak reference resolved to (0 when nothing defines it), read from the GOT.
 macro_rules! weak_address {
@@ -242,11 +248,198 @@ pub fn loader() -> Option<Loader> {
     }
 }
 
-/// Just `dlvsym`, for finding glibc's dlsym.
+/// glibc's own `dlvsym`, for finding glibc's dlsym. The front exports `dlvsym` itself, so a
+/// reference by that name would bind to the front's: it is read instead from the dynamic
+/// symbol table of the object that defines `dlerror` (which the front does not export):
+/// libc.so.6 since glibc 2.34, libdl.so.2 before, where dlvsym lives too. Found once.
 pub fn dlvsym_fn() -> Option<DlvsymFn> {
-    let p = weak_address!(dlvsym);
-    // SAFETY: as in `loader`.
-    (p != 0).then(|| unsafe { core::mem::transmute::<usize, DlvsymFn>(p) })
+    static FOUND: AtomicUsize = AtomicUsize::new(0);
+    const NONE: usize = 1;
+    let mut p = FOUND.load(Ordering::Acquire);
+    if p == 0 {
+        p = glibc_dlvsym().unwrap_or(NONE);
+        FOUND.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is the address of glibc's `dlvsym` (its dynamic symbol's value plus the
+    // object's base), a function of `DlvsymFn`'s signature.
+    (p != NONE).then(|| unsafe { core::mem::transmute::<usize, DlvsymFn>(p) })
+}
+
+/// `dlvsym` in the object that defines `dlerror`.
+fn glibc_dlvsym() -> Option<usize> {
+    let (anchor, dladdr) = (weak_address!(dlerror), weak_address!(dladdr));
+    if anchor == 0 || dladdr == 0 {
+        return None;
+    }
+    // SAFETY: as in `loader`: glibc's dladdr, of this signature.
+    let dladdr = unsafe { core::mem::transmute::<usize, DladdrFn>(dladdr) };
+    let mut info = DlInfo::EMPTY;
+    // SAFETY: dladdr reads the loader's tables and fills `info`.
+    if unsafe { dladdr(anchor as *const c_void, &mut info) } == 0 || info.dli_fbase.is_null() {
+        return None;
+    }
+    // SAFETY: the base of an object the loader has mapped (it holds glibc's dlerror, which
+    // is never unloaded): its ELF header, program headers and dynamic section are mapped.
+    unsafe { elf_lookup(info.dli_fbase as usize, b"dlvsym") }
+}
+
+/// A word of type `T` at `addr`.
+///
+/// # Safety
+/// `addr` is mapped and readable for `size_of::<T>()` bytes.
+unsafe fn at<T: Copy>(addr: usize) -> T {
+    // SAFETY: the caller's contract; unaligned reads ask nothing of `addr`'s alignment.
+    unsafe { core::ptr::read_unaligned(addr as *const T) }
+}
+
+/// The address of the defined dynamic symbol `name` of the x86-64 ELF object loaded at
+/// `base`, found through its GNU hash table, or by a scan of its symbols when it has only
+/// the SysV one.
+///
+/// # Safety
+/// `base` is the load base of a mapped object whose headers and dynamic section are intact.
+unsafe fn elf_lookup(base: usize, name: &[u8]) -> Option<usize> {
+    const PT_DYNAMIC: u32 = 2;
+    const DT_STRTAB: i64 = 5;
+    const DT_SYMTAB: i64 = 6;
+    const DT_HASH: i64 = 4;
+    const DT_GNU_HASH: i64 = 0x6fff_fef5;
+    // A dynamic entry's address: glibc relocates these in place, other loaders do not.
+    let addr = |v: usize| if v < base { base.wrapping_add(v) } else { v };
+    // SAFETY: every read below is within the mapped headers, dynamic section, hash table,
+    // symbol table and string table of the object, as their own fields describe them.
+    unsafe {
+        let phoff = at::<u64>(base.wrapping_add(32)) as usize;
+        let phentsize = at::<u16>(base.wrapping_add(54)) as usize;
+        let phnum = at::<u16>(base.wrapping_add(56)) as usize;
+        let mut dynamic = 0usize;
+        for i in 0..phnum {
+            let ph = base
+                .wrapping_add(phoff)
+                .wrapping_add(i.wrapping_mul(phentsize));
+            if at::<u32>(ph) == PT_DYNAMIC {
+                dynamic = base.wrapping_add(at::<u64>(ph.wrapping_add(16)) as usize);
+                break;
+            }
+        }
+        if dynamic == 0 {
+            return None;
+        }
+        let (mut strtab, mut symtab, mut gnu_hash, mut hash) = (0usize, 0usize, 0usize, 0usize);
+        let mut entry = dynamic;
+        loop {
+            let tag = at::<i64>(entry);
+            let value = at::<u64>(entry.wrapping_add(8)) as usize;
+            match tag {
+                0 => break,
+                DT_STRTAB => strtab = addr(value),
+                DT_SYMTAB => symtab = addr(value),
+                DT_GNU_HASH => gnu_hash = addr(value),
+                DT_HASH => hash = addr(value),
+                _ => {}
+            }
+            entry = entry.wrapping_add(16);
+        }
+        if strtab == 0 || symtab == 0 {
+            return None;
+        }
+        // Symbol `i`'s address when it is `name`, defined.
+        let defined = |i: usize| {
+            let sym = symtab.wrapping_add(i.wrapping_mul(24));
+            let st_name = at::<u32>(sym) as usize;
+            let st_shndx = at::<u16>(sym.wrapping_add(6));
+            let st_value = at::<u64>(sym.wrapping_add(8)) as usize;
+            (st_shndx != 0 && st_value != 0 && c_bytes_eq(strtab.wrapping_add(st_name), name))
+                .then(|| base.wrapping_add(st_value))
+        };
+        if gnu_hash == 0 {
+            // Only the SysV table: its second word is the number of symbols; a scan.
+            if hash == 0 {
+                return None;
+            }
+            let count = at::<u32>(hash.wrapping_add(4)) as usize;
+            return (1..count.min(1 << 20)).find_map(defined);
+        }
+        let h = name
+            .iter()
+            .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32));
+        let nbuckets = at::<u32>(gnu_hash) as usize;
+        let symoffset = at::<u32>(gnu_hash.wrapping_add(4)) as usize;
+        let bloom_size = at::<u32>(gnu_hash.wrapping_add(8)) as usize;
+        if nbuckets == 0 {
+            return None;
+        }
+        let buckets = gnu_hash
+            .wrapping_add(16)
+            .wrapping_add(bloom_size.wrapping_mul(8));
+        let chains = buckets.wrapping_add(nbuckets.wrapping_mul(4));
+        let bucket = (h as usize).checked_rem(nbuckets)?;
+        let mut i = at::<u32>(buckets.wrapping_add(bucket.wrapping_mul(4))) as usize;
+        if i < symoffset {
+            return None;
+        }
+        // A chain ends at an entry with bit 0 set; the bound only guards a corrupt table.
+        for _ in 0..(1usize << 20) {
+            let ch = at::<u32>(chains.wrapping_add(i.wrapping_sub(symoffset).wrapping_mul(4)));
+            if ch | 1 == h | 1 {
+                if let Some(p) = defined(i) {
+                    return Some(p);
+                }
+            }
+            if ch & 1 != 0 {
+                break;
+            }
+            i = i.wrapping_add(1);
+        }
+        None
+    }
+}
+
+/// Whether the NUL-terminated string at `addr` is `name`.
+///
+/// # Safety
+/// `addr` points to a NUL-terminated string.
+unsafe fn c_bytes_eq(addr: usize, name: &[u8]) -> bool {
+    for (k, &c) in name.iter().enumerate() {
+        // SAFETY: the caller's contract: every byte up to the NUL is readable, and a
+        // mismatch (the NUL included) stops the loop before reading past it.
+        if unsafe { at::<u8>(addr.wrapping_add(k)) } != c {
+            return false;
+        }
+    }
+    // SAFETY: as above: the string is at least `name.len()` bytes long.
+    unsafe { at::<u8>(addr.wrapping_add(name.len())) == 0 }
+}
+
+/// `RTLD_DL_LINKMAP` (dlfcn.h).
+const RTLD_DL_LINKMAP: c_int = 2;
+
+/// The link map of the object holding `addr` (`dladdr1`), or null.
+pub fn link_map_of(addr: usize) -> *mut c_void {
+    let p = weak_address!(dladdr1);
+    if p == 0 {
+        return core::ptr::null_mut();
+    }
+    type Dladdr1Fn =
+        unsafe extern "C" fn(*const c_void, *mut DlInfo, *mut *mut c_void, c_int) -> c_int;
+    // SAFETY: as in `loader`: glibc's dladdr1, of this signature.
+    let dladdr1 = unsafe { core::mem::transmute::<usize, Dladdr1Fn>(p) };
+    let mut info = DlInfo::EMPTY;
+    let mut map = core::ptr::null_mut();
+    // SAFETY: dladdr1 reads the loader's tables, fills `info` and, for RTLD_DL_LINKMAP,
+    // stores a `struct link_map *` in `map`; `addr` is only compared.
+    let ok = unsafe { dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) };
+    if ok == 0 { core::ptr::null_mut() } else { map }
+}
+
+/// Whether a live link map's `l_name` (glibc's `struct link_map` starts `l_addr`, `l_name`)
+/// is a non-empty string: every object's but the main program's.
+pub fn link_map_named(map: *mut c_void) -> bool {
+    // SAFETY: `map` is a live link map (the callers' contract); its second word is
+    // `l_name`, null or a NUL-terminated string the loader owns.
+    let name = unsafe { *map.cast::<*const u8>().wrapping_add(1) };
+    // SAFETY: as above.
+    !name.is_null() && unsafe { *name } != 0
 }
 
 // ---- system calls (x86-64 Linux numbers) --------------------------------------------------

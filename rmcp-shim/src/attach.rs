@@ -39,6 +39,7 @@ pub unsafe extern "C" fn rmcp_shim_attach(front: *const Front, body: *mut Body) 
             hooks: front::ENTRIES as u32,
             reserved: 0,
             lookup: crate::dlsym::lookup,
+            vlookup: crate::dlsym::vlookup,
             stats: crate::exports::stats,
             before_fork,
             deepbind_seen,

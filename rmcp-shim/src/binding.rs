@@ -299,6 +299,8 @@ fn current(
                 return None;
             }
             let fresh = resolve(&object, cfg, now);
+            // Resolving made the shim's own loader calls: none leaves a dlerror() message.
+            crate::dlerror::clear();
             match found {
                 None => cell.get_or_publish(|| fresh),
                 Some(old) => {

@@ -89,6 +89,11 @@ pub(crate) fn next_dlsym() -> DlsymFn {
     get().and_then(Front::next_dlsym).unwrap_or(libc::dlsym)
 }
 
+/// The dlvsym after the shim (another wrapper's, or glibc's), once the front found it.
+pub(crate) fn next_dlvsym() -> Option<abi::DlvsymFn> {
+    get().and_then(Front::next_dlvsym)
+}
+
 /// `name`'s next definition after the shim in the global search order (glibc's
 /// `dlsym(RTLD_NEXT)` from the front). Without a front, from this library.
 pub(crate) fn next(name: *const c_char) -> *mut c_void {

@@ -159,6 +159,8 @@ fn build_unplaced() -> Binding {
         .or(api.address_of("hipHostMalloc"))
         .and_then(copies::of_function)
         .or_else(copies::first_mapped);
+    // The lookups above are the shim's own: none leaves a dlerror() message.
+    crate::dlerror::clear();
     Binding::now(api, copy, false)
 }
 

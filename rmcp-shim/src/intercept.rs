@@ -462,13 +462,14 @@ pub(crate) unsafe fn substitute_proc_address(
     let Some(hook) = Hook::from_name(name.to_bytes()) else {
         return;
     };
-    if got.is_null() || !binding::is_runtime_function(got as usize) {
+    if got.is_null() {
         return;
     }
-    if binding_of(caller, global.config).is_some_and(|b| b.exempt) {
-        return;
-    }
-    let Some(mine) = handout::substitute(hook, name, got as usize) else {
+    let mine = substitute_for(hook, name, got as usize, caller, global);
+    // The lookups above are the shim's own: they leave no dlerror() message behind (a
+    // message the resolver left is gone too: the first of them replaced it).
+    crate::dlerror::clear();
+    let Some(mine) = mine else {
         return;
     };
     // SAFETY: per this function's contract; the runtime succeeded and wrote `*pfn`.
@@ -478,4 +479,21 @@ pub(crate) unsafe fn substitute_proc_address(
         resolver.name(),
         hook.name()
     );
+}
+
+/// The shim's function for `got`, the runtime's `hook` that a resolver returned to
+/// `caller`; None: `got` stays.
+fn substitute_for(
+    hook: Hook,
+    name: &CStr,
+    got: usize,
+    caller: Caller,
+    global: &Global,
+) -> Option<usize> {
+    if !binding::is_runtime_function(got)
+        || binding_of(caller, global.config).is_some_and(|b| b.exempt)
+    {
+        return None;
+    }
+    handout::substitute(hook, name, got)
 }

@@ -14,6 +14,7 @@
 //! - `entries`: the addresses of this library's entry points (`exports` defines them);
 //! - `front`: what the front provides (its exports, RTLD_NEXT from its place, the
 //!   generation of loaded objects, the per-thread block, descriptor 2 at start);
+//! - `dlerror`: the thread's `dlerror()` state around the shim's own loader calls;
 //! - `cancel`: cancellation kept off the shim's own work (pthread_cancel);
 //! - `alloc`: the shim's heap, with an emergency arena when malloc fails;
 //! - `once`: a fork-safe once-cell; `log`: the shim's own log writer and its rules for
@@ -50,6 +51,7 @@
 
 mod entries;
 mod front;
+mod dlerror;
 mod cancel;
 mod alloc;
 mod once;

@@ -71,6 +71,8 @@ pub(crate) fn global_with(first: impl FnOnce(&Global)) -> &'static Global {
     GLOBAL.get_or_init(|| {
         let g = build();
         first(&g);
+        // Building made the shim's own loader calls: none leaves a dlerror() message.
+        crate::dlerror::clear();
         g
     })
 }

@@ -1,5 +1,5 @@
 //! The preloaded library (the front, `front/front.rs`) exports exactly the names of the hook
-//! registry, `dlsym`, `dlopen`, `dlclose` and the one plain function `rmcp_shim_stats`, nothing more (build.rs
+//! registry, `dlsym`, `dlvsym`, `dlopen`, `dlclose` and the one plain function `rmcp_shim_stats`, nothing more (build.rs
 //! generates the front's list from the table; only the linked result can show the
 //! compiler and linker did their part), and the comparison catches a difference.
 
@@ -28,8 +28,8 @@ fn registry_and_exports_agree() {
     assert_eq!(difference(&kit::shim()), Vec::<String>::new());
     assert_eq!(
         rmcp_core::registry::exported_names().count(),
-        rmcp_core::registry::Observed::COUNT + 19,
-        "18 hooks, the observed entry points and dlsym"
+        rmcp_core::registry::Observed::COUNT + 20,
+        "18 hooks, the observed entry points, dlsym and dlvsym"
     );
 }
 

@@ -168,8 +168,8 @@ fn the_front_carries_no_panic_or_unwind_machinery() {
         "__register_atfork",
         "dl_iterate_phdr",
         "__cxa_atexit",
-        "dlvsym",
         "dladdr",
+        "dladdr1",
         "dlerror",
     ];
     let undefined = tool(

@@ -182,3 +182,41 @@ fn a_pending_dlerror_message_survives_later_hooked_calls() {
     );
     assert_eq!(line(&with), line(&without));
 }
+
+#[test]
+fn the_shims_own_lookups_leave_no_dlerror_message() {
+    // Issue 33: the first hooked call makes the shim's own loader calls (attaching the
+    // body, finding the runtime, resolving the caller), some of which fail; none of their
+    // messages is left for the caller. On the fake runtime and on the real 5.2.3 one.
+    let steps = ["hipMalloc:64", "dlerror", "hipHostMalloc:64:0", "dlerror"];
+    let mut runs = vec![(
+        "fake .so.6",
+        Run::probe(6).args(steps).run(),
+        Run::probe(6).no_shim().args(steps).run(),
+    )];
+    if real_runtime().is_some() {
+        runs.push((
+            "real 5.2.3",
+            Run::probe(5)
+                .env_remove("LD_LIBRARY_PATH")
+                .args(steps)
+                .run(),
+            Run::probe(5)
+                .no_shim()
+                .env_remove("LD_LIBRARY_PATH")
+                .args(steps)
+                .run(),
+        ));
+    }
+    for (what, with, without) in runs {
+        let lines = |o: &Out| -> Vec<String> {
+            o.stdout
+                .lines()
+                .filter(|l| l.starts_with("dlerror="))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(lines(&without), ["dlerror=none", "dlerror=none"], "{what}");
+        assert_eq!(lines(&with), lines(&without), "{what}: {}", with.stdout);
+    }
+}

@@ -50,6 +50,12 @@ pub fn dlsym_client() -> PathBuf {
     PathBuf::from(env!("RMCP_DLSYM_CLIENT"))
 }
 
+/// tests/c/dlsym_table.c: issue 33's table of lookups (its library, libdlsym_table_lib.so,
+/// beside it).
+pub fn dlsym_table() -> PathBuf {
+    PathBuf::from(env!("RMCP_DLSYM_TABLE"))
+}
+
 /// tests/c/dlsym_scope.c as `libscope<major>.so` (5 or 6), linked to the runtime and a dep.
 pub fn scope_lib(major: u8) -> PathBuf {
     PathBuf::from(match major {
