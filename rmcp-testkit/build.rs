@@ -22,7 +22,8 @@
 //!   the compiler cannot build it; `RMCP_ASAN_APP_WHY` then says why (see `asan_app`).
 //! * `RMCP_EMUGPU_LIB` (tests/emulated-gpu/emugpu.c, the emulated GPU; empty when the
 //!   headers it needs are missing, `RMCP_EMUGPU_LIB_WHY` then says why) and
-//!   `RMCP_EMU_PROBE_5/6/7` (tests/emulated-gpu/emu_probe.c): see `emulated_gpu`.
+//!   `RMCP_EMU_PROBE_5/6/7` (tests/emulated-gpu/emu_probe.c), `RMCP_MODULE_LOAD_5/7`
+//!   (tests/emulated-gpu/module_load.c): see `emulated_gpu`.
 //!
 //! The compiler is `$CC` (which may carry arguments, e.g. "ccache cc") or `cc`.
 
@@ -238,6 +239,27 @@ fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
             ],
         );
         println!("cargo:rustc-env=RMCP_EMU_PROBE_{major}={}", exe.display());
+    }
+    // tests/emulated-gpu/module_load.c: its runtime functions are weak references (the fake
+    // runtimes lack them), so the runtime is kept as a dependency explicitly.
+    const LOAD_SRC: &str = "tests/emulated-gpu/module_load.c";
+    rerun_if_changed(LOAD_SRC);
+    for major in [5u32, 7] {
+        let exe = out.join(format!("module_load{major}"));
+        cc.run(
+            &format!("module_load{major}"),
+            &[
+                "-o".into(),
+                exe.display().to_string(),
+                root_dir.join(LOAD_SRC).display().to_string(),
+                format!("-L{}", out.join(format!("fake-hip-{major}")).display()),
+                "-Wl,--no-as-needed".into(),
+                "-lamdhip64".into(),
+                "-Wl,--as-needed".into(),
+                "-ldl".into(),
+            ],
+        );
+        println!("cargo:rustc-env=RMCP_MODULE_LOAD_{major}={}", exe.display());
     }
 }
 

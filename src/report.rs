@@ -254,7 +254,8 @@ fn run_check(args: &ReportArgs) -> Value {
     }
 }
 
-/// The `faults` array of a stats file: every object as it is (the format may grow).
+/// The `faults` array of a stats file: every object as it is (the format may grow); and its
+/// `buffer_descriptors` (what the load-time fix saw and did).
 fn faults(path: &Path) -> Value {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -264,6 +265,7 @@ fn faults(path: &Path) -> Value {
         Ok(v) => json!({
             "file": path.display().to_string(),
             "faults": v.get("faults").cloned().unwrap_or(Value::Null),
+            "buffer_descriptors": v.get("buffer_descriptors").cloned().unwrap_or(Value::Null),
         }),
         Err(e) => json!({ "error": format!("{}: not JSON: {e}", path.display()) }),
     }
@@ -411,9 +413,44 @@ fn markdown(report: &Value, doctor_text: &str) -> String {
             }
         },
     }
+    s += &code_objects(&r["faults"]);
     s += "\n## rmcp doctor\n\n```text\n";
     s += doctor_text.trim_end();
     s += "\n```\n";
+    s
+}
+
+/// The section on the code objects the run loaded, from the stats file's
+/// `buffer_descriptors` (nothing without a readable stats file: the Faults section says why).
+fn code_objects(stats: &Value) -> String {
+    if stats.is_null() || stats.get("error").is_some() {
+        return String::new();
+    }
+    let mut s = String::from("\n## Code objects loaded\n\n");
+    let b = &stats["buffer_descriptors"];
+    if !b.is_object() {
+        s += &format!(
+            "{}: the stats file has no `buffer_descriptors` (written by an rmcp without the \
+             load-time fix).\n",
+            plain(&stats["file"])
+        );
+        return s;
+    }
+    let n = |k: &str| b[k].as_u64().unwrap_or(0);
+    s += &format!(
+        "Code objects loaded from memory or by file name (`hipModuleLoadData`, \
+         `hipModuleLoadDataEx`, `hipModuleLoad`) and scanned for buffer descriptors that \
+         gfx1010-gfx1013 drop (Triton's buffer ops; `RMCP_BUFFER_DESCRIPTORS`): {} scanned, \
+         {} unreadable, {} broken, {} fixed ({} instructions), {} loaded as they were with a \
+         warning, {} fixed copies refused by the runtime and loaded as they were.\n",
+        n("scanned"),
+        n("unreadable"),
+        n("broken"),
+        n("fixed"),
+        n("instructions_fixed"),
+        n("warned"),
+        n("fallbacks")
+    );
     s
 }
 

@@ -1,7 +1,8 @@
 //! `rmcp report`: every section, on the emulated GPU (tests/emulated-gpu) with Debian's
 //! 5.2.3 runtime; the redaction of the home directory, user and host names (a venv with a
 //! stand-in torch under HOME puts the home directory into the report); `--no-redact`;
-//! `--json`; and the `faults` of a stats file, every key of each fault rendered.
+//! `--json`; and the `faults` of a stats file, every key of each fault rendered, with its
+//! `buffer_descriptors` (the load-time fix's counts).
 
 use std::path::Path;
 use std::process::Command;
@@ -164,6 +165,36 @@ fn the_report_has_every_section_and_redacts() {
 }
 
 #[test]
+fn the_load_time_fix_counts_are_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    std::fs::write(
+        &stats,
+        r#"{"calls": {}, "faults": [], "buffer_descriptors": {"scanned": 7, "unreadable": 1,
+           "broken": 3, "fixed": 2, "warned": 1, "instructions_fixed": 5, "fallbacks": 0}}"#,
+    )
+    .unwrap();
+    let out = rmcp()
+        .args(["report", "--no-check", "--stats"])
+        .arg(&stats)
+        .output()
+        .unwrap();
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(md.contains("## Code objects loaded"), "{md}");
+    assert!(
+        md.contains("7 scanned, 1 unreadable, 3 broken, 2 fixed (5 instructions), 1 loaded as they were with a warning, 0 fixed copies refused"),
+        "{md}"
+    );
+    let out = rmcp()
+        .args(["report", "--no-check", "--json", "--stats"])
+        .arg(&stats)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["faults"]["buffer_descriptors"]["instructions_fixed"], 5);
+}
+
+#[test]
 fn a_stats_file_without_faults_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
@@ -175,6 +206,10 @@ fn a_stats_file_without_faults_says_so() {
         .unwrap();
     let md = String::from_utf8(out.stdout).unwrap();
     assert!(md.contains("the stats file has no `faults` array."), "{md}");
+    assert!(
+        md.contains("the stats file has no `buffer_descriptors`"),
+        "{md}"
+    );
     let out = rmcp()
         .args(["report", "--no-check", "--stats", "/nonexistent/stats.json"])
         .output()

@@ -113,6 +113,18 @@ choices! {
         Keep = "keep",
     }
 
+    /// What the shim does with a gfx1010-gfx1013 code object whose buffer instructions take
+    /// resource descriptors in the layout those GPUs drop (Triton's buffer ops), loaded with
+    /// hipModuleLoadData/Ex on a gfx1010-gfx1013 GPU (`rmcp_core::module_load`).
+    pub enum BufferDescriptors {
+        /// Forward a private copy with those descriptor literals in the RDNA layout.
+        Fix = "fix",
+        /// Forward the original and say what to do.
+        Warn = "warn",
+        /// Do nothing (the image is not even read).
+        Off = "off",
+    }
+
     /// How much the shim logs.
     pub enum LogLevel {
         Off = "off" | "none",
@@ -258,6 +270,9 @@ config! {
         help "The KFD topology root.";
     hook_dlsym: bool = "RMCP_HOOK_DLSYM", default true, shown "1",
         help "`1`: `dlsym` on a HIP runtime's handle hands back the shim's functions; `0`: lookups answer as glibc does.";
+    buffer_descriptors: BufferDescriptors = "RMCP_BUFFER_DESCRIPTORS",
+        default BufferDescriptors::Fix, shown "fix",
+        help "A gfx1010-gfx1013 code object loaded from memory (`hipModuleLoadData`, `hipModuleLoadDataEx`) on a gfx1010-gfx1013 GPU whose buffer instructions take descriptors those GPUs drop (Triton's buffer ops: loads read 0, stores write nothing): `fix` hands the runtime a private copy with those descriptor literals in the RDNA layout, `warn` loads the original and says what to do, `off` does nothing. `RMCP_MODE=off` also leaves images alone; `dry-run` warns.";
 }
 
 /// RDNA1 (gfx1010-gfx1013) and RDNA2 (gfx1030-gfx1036).
@@ -392,6 +407,7 @@ mod tests {
         assert_eq!(c.log, LogLevel::Warn);
         assert!(!c.stats);
         assert!(c.hook_dlsym);
+        assert_eq!(c.buffer_descriptors, BufferDescriptors::Fix);
         assert_eq!(c.sysfs_root, PathBuf::from(DEFAULT_SYSFS_ROOT));
         assert!(c.warnings.is_empty());
         let names: Vec<String> = c.targets.iter().map(|g| g.to_string()).collect();
@@ -416,6 +432,12 @@ mod tests {
             ("RMCP_LOG", "off", |c| c.log == LogLevel::Off),
             ("RMCP_STATS", "1", |c| c.stats),
             ("RMCP_HOOK_DLSYM", "0", |c| !c.hook_dlsym),
+            ("RMCP_BUFFER_DESCRIPTORS", "warn", |c| {
+                c.buffer_descriptors == BufferDescriptors::Warn
+            }),
+            ("RMCP_BUFFER_DESCRIPTORS", " OFF", |c| {
+                c.buffer_descriptors == BufferDescriptors::Off
+            }),
             ("RMCP_EXEMPT", "", |c| c.exempt.is_empty()),
             ("RMCP_EXEMPT", "librccl, libfoo ,", |c| {
                 c.exempt == ["librccl", "libfoo"]
@@ -443,6 +465,7 @@ mod tests {
             ("RMCP_MODE", "sometimes"),
             ("RMCP_FINEGRAINED", "maybe"),
             ("RMCP_LOG", "loud"),
+            ("RMCP_BUFFER_DESCRIPTORS", "patch"),
             ("RMCP_STATS", "yes"),
             ("RMCP_HOOK_DLSYM", "maybe"),
             ("RMCP_TARGETS", "rdna2"),
@@ -593,6 +616,7 @@ mod tests {
         check::<Mode>();
         check::<LogLevel>();
         check::<Finegrained>();
+        check::<BufferDescriptors>();
         assert!(LogLevel::Off < LogLevel::Error && LogLevel::Debug < LogLevel::Trace);
     }
 }

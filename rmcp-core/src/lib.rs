@@ -22,6 +22,7 @@ pub mod code_objects;
 pub mod config;
 pub mod fault;
 pub mod gfx;
+pub mod module_load;
 pub mod policy;
 pub mod registry;
 pub mod remedy;

@@ -183,6 +183,10 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         | Hook::HipGetDriverEntryPointSpt
         // Not an allocation: counted, and its name kept for the fault report.
         | Hook::HipModuleGetFunction
+        // Not allocations: what a module load does with its image is `module_load`'s.
+        | Hook::HipModuleLoadData
+        | Hook::HipModuleLoadDataEx
+        | Hook::HipModuleLoad
         // Counted (host locations too: `host_location`), never changed.
         | Hook::HipMemCreate => None,
     };

@@ -21,7 +21,9 @@ macro_rules! registry {
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
         $(, host location in $prop:ident)?
-        $(, names $nfn:ident from $kname:ident)? ;
+        $(, names $nfn:ident from $kname:ident)?
+        $(, loads image from $image:ident)?
+        $(, loads file $fname:ident)? ;
     )*) => {
         /// A hooked HIP entry point. The discriminant indexes per-hook tables (stats,
         /// warnings).

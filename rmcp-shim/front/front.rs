@@ -103,7 +103,9 @@ macro_rules! front_hooks {
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
         $(, host location in $prop:ident)?
-        $(, names $nfn:ident from $kname:ident)? ;
+        $(, names $nfn:ident from $kname:ident)?
+        $(, loads image from $image:ident)?
+        $(, loads file $fname:ident)? ;
     )*]
     $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
         front_hooks! { @all

@@ -42,7 +42,9 @@ macro_rules! labels {
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
         $(, host location in $prop:ident)?
-        $(, names $nfn:ident from $kname:ident)? ;
+        $(, names $nfn:ident from $kname:ident)?
+        $(, loads image from $image:ident)?
+        $(, loads file $fname:ident)? ;
     )*) => {
         mod entries {
             unsafe extern "C" {

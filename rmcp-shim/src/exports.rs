@@ -76,6 +76,27 @@ impl IntegerRegister for c_int {}
 #[allow(dead_code)]
 const fn integer_register<T: IntegerRegister>() {}
 
+/// The call to the runtime a hook makes: `intercept`'s, or for a row that loads an image
+/// from memory `module_load`'s, whose closure takes the image to pass (its parameter shadows
+/// the caller's argument of the same name, so the other arguments go on unchanged).
+macro_rules! forward {
+    ($copy:ident, $call:ident, $name:ident, [$($arg:ident),*]) => {
+        intercept::<$copy>($call, |api| {
+            // SAFETY: the caller's own arguments, passed on unchanged to the runtime's
+            // function of the same name and C signature.
+            api.$name.map(|f| unsafe { f($($arg),*) })
+        })
+    };
+    ($copy:ident, $call:ident, $name:ident, [$($arg:ident),*], image $image:ident) => {
+        crate::module_load::load::<$copy>($call, $image, |api, $image| {
+            // SAFETY: the caller's own arguments, passed on unchanged to the runtime's
+            // function of the same name and C signature, but for the image: the caller's,
+            // or a private copy of it that lives as long as the process (`module_load`).
+            api.$name.map(|f| unsafe { f($($arg),*) })
+        })
+    };
+}
+
 /// The hook entries, their bodies and `entry`, from the table's rows.
 macro_rules! exports {
     ($(
@@ -83,7 +104,9 @@ macro_rules! exports {
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
         $(, host location in $prop:ident)?
-        $(, names $nfn:ident from $kname:ident)? ;
+        $(, names $nfn:ident from $kname:ident)?
+        $(, loads image from $image:ident)?
+        $(, loads file $fname:ident)? ;
     )*) => {
         // Every argument of every hook travels in an integer register.
         const _: () = { $( $( integer_register::<$ty>(); )* )* };
@@ -140,11 +163,7 @@ macro_rules! exports {
                 #[inline(always)]
                 pub(super) unsafe fn $name<const COPY: bool>($($arg: $ty,)* ret: usize) -> HipError {
                     let call = Call { hook: Hook::$variant, out: $out, size: $size, flags: $flags, ret };
-                    let rc = intercept::<COPY>(call, |api| {
-                        // SAFETY: the caller's own arguments, passed on unchanged to the
-                        // runtime's function of the same name and C signature.
-                        api.$name.map(|f| unsafe { f($($arg),*) })
-                    });
+                    let rc = forward!(COPY, call, $name, [$($arg),*] $(, image $image)?);
                     // Bookkeeping after the call: a panic there (a log line that cannot be
                     // written) must not cross into the caller.
                     $( if rc == error::SUCCESS {
@@ -159,6 +178,13 @@ macro_rules! exports {
                             // SAFETY: the runtime accepted the caller's call, so `$prop`
                             // points to the hipMemAllocationProp it read.
                             unsafe { count_host_location(Hook::$variant, $prop, Caller::of::<COPY>(ret)) }
+                        }));
+                    } )?
+                    $( {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            // SAFETY: `$fname` is the caller's argument, which the runtime
+                            // read as a NUL-terminated path (or rejected, when null).
+                            unsafe { crate::module_load::loaded_file::<COPY>(rc, $fname, ret) }
                         }));
                     } )?
                     $( if rc == error::SUCCESS {

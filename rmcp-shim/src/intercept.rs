@@ -82,7 +82,10 @@ fn call_forward(api: &HipApi, fw: Forward, out: *mut *mut c_void, size: usize) -
 /// the caller would have reached, unchanged, not counted. Never waits for another thread.
 /// A caller no rule places reaches what the loader would have bound (`handout::unplaced`).
 #[cold]
-fn forward_bare(caller: Caller, asked: &impl Fn(&HipApi) -> Option<HipError>) -> HipError {
+pub(crate) fn forward_bare(
+    caller: Caller,
+    asked: &impl Fn(&HipApi) -> Option<HipError>,
+) -> HipError {
     let found = catch_unwind(|| binding_of(caller, state::config()).map(|b| b.api))
         .ok()
         .flatten();
@@ -122,7 +125,10 @@ impl Caller {
 /// The binding a call from `caller` uses: its object's; for a caller no object holds,
 /// what the loader would have bound; for a per-copy entry, its copy's.
 #[inline(always)]
-fn binding_of(caller: Caller, cfg: &rmcp_core::config::Config) -> Option<&'static Binding> {
+pub(crate) fn binding_of(
+    caller: Caller,
+    cfg: &rmcp_core::config::Config,
+) -> Option<&'static Binding> {
     match caller {
         Caller::At(ret) => binding::for_caller(ret, cfg).or_else(handout::unplaced),
         Caller::Copy { slot, .. } => handout::for_slot(slot).or_else(handout::unplaced),
@@ -402,7 +408,7 @@ fn after<const COPY: bool>(
     }
 }
 
-fn describe_caller(caller: Caller) -> String {
+pub(crate) fn describe_caller(caller: Caller) -> String {
     match caller {
         Caller::At(ret) | Caller::Copy { ret, .. } => {
             rmcp_sys::locate::object_of(ret).map_or_else(|| "?".to_string(), |(_, p)| p)
@@ -418,7 +424,7 @@ fn describe(fw: Forward) -> String {
 }
 
 #[cold]
-fn missing(hook: Hook, why: &str) {
+pub(crate) fn missing(hook: Hook, why: &str) {
     if !WARNED_MISSING[hook.index()].swap(true, Relaxed) {
         tracing::error!(
             "{}: {why}; returning hipErrorSharedObjectSymbolNotFound ({})",

@@ -36,6 +36,8 @@
 //! - `observed`: the entries of the observed functions (launches, `__hipRegisterFunction`,
 //!   `hsa_queue_create`), which record one fact and go on untouched;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
+//! - `module_load`: what the module-load hooks do with a code object (the load-time fix of
+//!   broken buffer descriptors);
 //! - `exports`: the entry trampolines, one per hooked function and eight per-copy ones per
 //!   function, and the stats entry;
 //! - `dlsym`: the lookup of hooked names, for callers that look HIP up on a handle;
@@ -68,6 +70,7 @@ mod queues;
 mod handout;
 mod observed;
 mod intercept;
+mod module_load;
 mod exports;
 mod dlsym;
 mod attach;

@@ -56,6 +56,8 @@ pub(crate) struct Report {
     pub(crate) not_reached: Vec<NotReached>,
     /// GPU faults this process had (`fault`), in order.
     pub(crate) faults: Vec<serde_json::Value>,
+    /// What the load-time fix saw and did (`module_load`).
+    pub(crate) buffer_descriptors: stats::ImageCounts,
 }
 
 /// A loaded object whose calls of hooked functions do not reach the shim.
@@ -86,6 +88,7 @@ impl Report {
             calls: HOOKS.iter().map(|(h, name)| (*name, counts(*h))).collect(),
             not_reached: Vec::new(),
             faults: FAULTS.lock().map(|f| f.clone()).unwrap_or_default(),
+            buffer_descriptors: stats::image_counts(),
         }
     }
 
@@ -154,6 +157,20 @@ impl Report {
                     .map(|v| v.to_string()),
                 );
             }
+        }
+        let b = self.buffer_descriptors;
+        if b.scanned > 0 {
+            out.push_str(&format!(
+                "rmcp[{pid}] code objects loaded: {} scanned, {} unreadable, {} with broken \
+                 buffer descriptors, {} fixed ({} instructions), {} warned, {} fallbacks\n",
+                b.scanned,
+                b.unreadable,
+                b.broken,
+                b.fixed,
+                b.instructions_fixed,
+                b.warned,
+                b.fallbacks
+            ));
         }
         for n in &self.not_reached {
             out.push_str(&format!(

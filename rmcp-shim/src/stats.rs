@@ -1,4 +1,5 @@
-//! Per-hook counters: what the exit report (`report`) sums.
+//! Per-hook counters: what the exit report (`report`) sums; and the load-time fix's
+//! counters (`module_load`, the report's `buffer_descriptors`).
 //!
 //! Each thread gets a slot of its own, claimed on its first hooked call and released when
 //! it exits. Only that thread writes the slot, so a count is a plain load and store (no
@@ -197,9 +198,65 @@ pub(crate) fn record_host_location(slot: usize, hook: Hook) {
     );
 }
 
+/// What the load-time fix counts (`module_load`): process-wide atomic adds, since module
+/// loads are rare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Image {
+    /// An image (or a hipModuleLoad file) read and scanned.
+    Scanned,
+    /// Of those, not readable as code objects (forwarded as they were).
+    Unreadable,
+    /// Of those, with a broken descriptor literal in a gfx1010-gfx1013 code object.
+    Broken,
+    /// A load the runtime received a fixed copy for, and accepted.
+    Fixed,
+    /// A broken image loaded as it was on a gfx1010-gfx1013 GPU, with a warning.
+    Warned,
+    /// Instructions whose descriptor literal was fixed, over the fixed loads.
+    InstructionsFixed,
+    /// A fixed load the runtime refused, made again with the caller's image.
+    Fallback,
+}
+
+static IMAGE_COUNTERS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+
+/// Counts `n` of `what`.
+pub(crate) fn record_image(what: Image, n: u64) {
+    IMAGE_COUNTERS[what as usize].fetch_add(n, Ordering::Relaxed);
+}
+
+/// The report's `buffer_descriptors`: what the load-time fix saw and did (`Image` says what
+/// each counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct ImageCounts {
+    pub(crate) scanned: u64,
+    pub(crate) unreadable: u64,
+    pub(crate) broken: u64,
+    pub(crate) fixed: u64,
+    pub(crate) warned: u64,
+    pub(crate) instructions_fixed: u64,
+    pub(crate) fallbacks: u64,
+}
+
+pub(crate) fn image_counts() -> ImageCounts {
+    let c = |what: Image| IMAGE_COUNTERS[what as usize].load(Ordering::Relaxed);
+    ImageCounts {
+        scanned: c(Image::Scanned),
+        unreadable: c(Image::Unreadable),
+        broken: c(Image::Broken),
+        fixed: c(Image::Fixed),
+        warned: c(Image::Warned),
+        instructions_fixed: c(Image::InstructionsFixed),
+        fallbacks: c(Image::Fallback),
+    }
+}
+
 /// In the child of a fork: zero every counter (the child counts its own calls) and free
 /// every slot but the forking thread's, the only thread the child has.
 pub(crate) fn reset_after_fork() {
+    for c in &IMAGE_COUNTERS {
+        c.store(0, Ordering::Relaxed);
+    }
     for slot in &COUNTERS {
         for c in &slot.0 {
             for v in c.all() {

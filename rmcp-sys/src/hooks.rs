@@ -7,7 +7,10 @@
 /// the flags. `resolves SYMBOL into PFN` marks a function that hands out function pointers
 /// by name; `host location in PROP` one whose `hipMemAllocationProp` argument may ask for host
 /// memory (counted, never changed); `names FUNCTION from NAME` one that makes a
-/// `hipFunction_t` for a kernel name (kept for the fault report). Everything that lists hooks is generated from this table: `HipApi` here,
+/// `hipFunction_t` for a kernel name (kept for the fault report); `loads image from IMAGE` one
+/// that loads a code object from memory (the shim may hand the runtime a fixed copy of
+/// `IMAGE`: `rmcp-shim/src/module_load.rs`); `loads file FNAME` one that loads a code object
+/// from a file (named in the log, never changed). Everything that lists hooks is generated from this table: `HipApi` here,
 /// `rmcp_core::registry::Hook`, the shim's exports and its linker version script.
 ///
 /// Invoke with the name of a local macro, which receives the rows.
@@ -70,6 +73,25 @@ macro_rules! hooked_functions {
                 (function: *mut *mut ::core::ffi::c_void, module: *mut ::core::ffi::c_void,
                  kname: *const ::core::ffi::c_char)
                 => out: ::core::ptr::null_mut(), size: 0, flags: 0, names function from kname;
+            /// `hipModuleLoadData(hipModule_t *module, const void *image)`: a code object (an
+            /// ELF or an offload bundle) in memory. The runtime keeps the pointer for the
+            /// module's life.
+            hipModuleLoadData = HipModuleLoadData
+                (module: *mut *mut ::core::ffi::c_void, image: *const ::core::ffi::c_void)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, loads image from image;
+            /// `hipModuleLoadDataEx(hipModule_t *module, const void *image, unsigned int
+            /// numOptions, hipJitOption *options, void **optionValues)`: what Triton's HIP
+            /// driver calls (through hipGetProcAddress); the options are not used by the runtime.
+            hipModuleLoadDataEx = HipModuleLoadDataEx
+                (module: *mut *mut ::core::ffi::c_void, image: *const ::core::ffi::c_void,
+                 num_options: ::core::ffi::c_uint, options: *mut ::core::ffi::c_int,
+                 option_values: *mut *mut ::core::ffi::c_void)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, loads image from image;
+            /// `hipModuleLoad(hipModule_t *module, const char *fname)`: a code object file,
+            /// forwarded unchanged (the file is named in the log when it is a broken one).
+            hipModuleLoad = HipModuleLoad
+                (module: *mut *mut ::core::ffi::c_void, fname: *const ::core::ffi::c_char)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, loads file fname;
             /// Since hip_7.1: what hipGetDriverEntryPoint becomes in code built with
             /// per-thread default streams (`amd_hip_runtime_pt_api.h`).
             hipGetDriverEntryPoint_spt = HipGetDriverEntryPointSpt

@@ -171,7 +171,9 @@ macro_rules! hip_api_with_queries {
         => out: $out:expr, size: $size:expr, flags: $flags:expr
         $(, resolves $sym:ident into $pfn:ident)?
         $(, host location in $prop:ident)?
-        $(, names $nfn:ident from $kname:ident)? ;
+        $(, names $nfn:ident from $kname:ident)?
+        $(, loads image from $image:ident)?
+        $(, loads file $fname:ident)? ;
     )*]
     $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
         hip_api! {

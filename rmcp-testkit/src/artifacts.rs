@@ -190,6 +190,16 @@ pub fn emu_probe(major: u8) -> PathBuf {
     })
 }
 
+/// tests/emulated-gpu/module_load.c linked to `libamdhip64.so.<major>` (5 or 7): loads a
+/// code object from memory by name or through hipGetProcAddress (tests/module_load.rs).
+pub fn module_load_program(major: u8) -> PathBuf {
+    PathBuf::from(match major {
+        5 => env!("RMCP_MODULE_LOAD_5"),
+        7 => env!("RMCP_MODULE_LOAD_7"),
+        _ => panic!("no module_load for .so.{major}"),
+    })
+}
+
 /// `scripts/emulated-gpu --log LOG [--fault SPEC] -- emu_probe5 STEPS` in `dir` (where a core
 /// file would go), with `lib` as the emulator and none of the caller's LD_PRELOAD,
 /// HSA_OVERRIDE_GFX_VERSION or EMUGPU_FAULT: the fault tests' run, to which each adds its own

@@ -109,6 +109,89 @@ pub fn kernel_object(dir: &Path, arch: &str) -> Option<PathBuf> {
     Some(co)
 }
 
+/// A gfx1010 code object (an offload bundle, built by hipcc into `dir`) whose kernel `copy`
+/// loads and stores through raw buffer descriptors built by hand, with word 3 = `word3`
+/// (`0x00027000`: Triton's layout, which gfx1010-gfx1013 drop; `0x31014000`: Composable
+/// Kernel's RDNA layout). None: no hipcc (a skip). Panics when hipcc fails.
+pub fn buffer_kernel_object(dir: &Path, word3: &str) -> Option<PathBuf> {
+    let hipcc = hipcc()?;
+    let src = dir.join("buffer_kernel.hip");
+    std::fs::write(&src, BUFFER_KERNEL).unwrap();
+    let co = dir.join(format!("buffer-{word3}.co"));
+    let out = std::process::Command::new(&hipcc)
+        .args(["--genco", "--offload-arch=gfx1010", "-O2"])
+        .arg(format!("-DWORD3={word3}"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&co)
+        .output()
+        .expect("run hipcc");
+    assert!(
+        out.status.success(),
+        "hipcc {word3}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(co)
+}
+
+const BUFFER_KERNEL: &str = r#"#include <hip/hip_runtime.h>
+typedef int v4i __attribute__((ext_vector_type(4)));
+__device__ float raw_load(v4i rsrc, int voffset, int soffset, int aux)
+    __asm("llvm.amdgcn.raw.buffer.load.f32");
+__device__ void raw_store(float v, v4i rsrc, int voffset, int soffset, int aux)
+    __asm("llvm.amdgcn.raw.buffer.store.f32");
+__device__ static v4i rsrc(const void *p, int bytes) {
+    unsigned long long a = (unsigned long long)p;
+    v4i r;
+    r.x = (int)(unsigned)a;
+    r.y = (int)(unsigned)(a >> 32) & 0xffff;
+    r.z = bytes;
+    r.w = WORD3;
+    return r;
+}
+extern "C" __global__ void copy(float *out, const float *in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = raw_load(rsrc(in, n * 4), i * 4, 0, 0);
+    raw_store(v + 1.0f, rsrc(out, n * 4), i * 4, 0, 0);
+}
+"#;
+
+/// The Python of the venv holding Triton from PyPI: RMCP_TRITON_VENV, else
+/// scripts/triton-venv's default (target/wheel-cache/triton-venv). None: a skip.
+pub fn triton_python() -> Option<PathBuf> {
+    let venv = std::env::var_os("RMCP_TRITON_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo().join("target/wheel-cache/triton-venv"));
+    let python = venv.join("bin/python");
+    if python.is_file() {
+        Some(python)
+    } else {
+        crate::missing(&format!(
+            "no Triton venv at {} (run scripts/triton-venv; CI exports RMCP_TRITON_VENV)",
+            venv.display()
+        ));
+        None
+    }
+}
+
+/// Triton's vector-add kernel compiled by tests/triton/compile.py into `dir`
+/// (`add-<gfx1010|gfx1030>-bufops<0|1>.hsaco`). None: no Triton venv (a skip). Panics
+/// when the compile fails.
+pub fn triton_objects(dir: &Path) -> Option<()> {
+    let python = triton_python()?;
+    let out = std::process::Command::new(python)
+        .arg(crate::repo().join("tests/triton/compile.py"))
+        .arg(dir)
+        .output()
+        .expect("run tests/triton/compile.py");
+    assert!(
+        out.status.success(),
+        "tests/triton/compile.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(())
+}
+
 /// Builds, in parallel, one hipcc fat-binary shared library per `(file name, targets)` into
 /// `dir` (a small kernel and a host function that launches it; each file written under a
 /// temporary name and moved into place). Panics when hipcc fails.

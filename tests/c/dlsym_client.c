@@ -29,7 +29,9 @@ static int xla(const char *soname)
     static const char *const names[] = {"hipMalloc", "hipHostMalloc", "hipExtMallocWithFlags",
                                         "hipMemAllocHost", "hipGetProcAddress", "hipFree",
                                         "hipHostFree", "hipGetDeviceCount",
-                                        "hipRuntimeGetVersion", "hipNoSuchFunction"};
+                                        "hipRuntimeGetVersion", "hipNoSuchFunction",
+                                        "hipModuleLoadData", "hipModuleLoadDataEx",
+                                        "hipModuleLoad"};
     void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL), *p = NULL;
     alloc3_fn host_malloc, ext_malloc;
     free_fn host_free, dev_free;

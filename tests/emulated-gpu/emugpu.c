@@ -35,6 +35,13 @@
  * emugpu_mark(text), exported, writes {"mark": text} into the log: test programs bracket
  * their steps with it (dlsym(RTLD_DEFAULT, "emugpu_mark")).
  *
+ * Code read-back: with EMUGPU_CODE_DUMP=FILE, at each kernel dispatch and at each call of
+ * the exported emugpu_dump_code(), every buffer the GPU can see (VRAM, and host memory the
+ * runtime handed the GPU, where a loader stages a code object for the blit that copies it
+ * into VRAM) is appended to FILE, each as a line "emugpu-code va=0x... size=N kind=K" and
+ * its N bytes, again only when it changed. Tests read there which code the runtime
+ * uploaded (see "Code read-back" below).
+ *
  * Faults: EMUGPU_FAULT=KIND[@VA] or the exported emugpu_fault(kind, va) make the next
  * kernel dispatch fault instead of completing, reported as the driver and ROCr's trap
  * handler report it (the memory event, or the queue's inactive signal): see "Fault
@@ -112,6 +119,8 @@ struct bo {
 	uint32_t flags;
 	uint64_t va, size, offset; /* offset in the backing memfd */
 	int mapped;
+	int dumped; /* its bytes went to EMUGPU_CODE_DUMP (Code read-back), with this hash */
+	uint64_t hash;
 };
 
 static struct {
@@ -1208,6 +1217,68 @@ static int take_fault(unsigned q, const uint8_t *pkt)
 	return 1;
 }
 
+/* Code read-back (the header). Where a code object's bytes reach the GPU depends on the
+ * runtime: 5.2.3's loader stages the segments in host memory it hands the GPU (a userptr
+ * buffer) and has a blit kernel copy them into VRAM, a kernel this emulator completes
+ * without running; 7.2.4's writes them into host-visible VRAM itself. So every buffer the
+ * GPU can see (userptr ones read in the process's memory through process_vm_readv, never a
+ * fault; the others from the backing memfd) of at most DUMP_MAX bytes is appended to
+ * EMUGPU_CODE_DUMP, at each kernel dispatch and when the program calls the exported
+ * emugpu_dump_code(), whenever its contents differ from when it was last appended (a 64-bit
+ * FNV-1a hash). An unreadable buffer is named with size=0. */
+#define DUMP_MAX (4u << 20)
+static void dump_code(void)
+{
+	const char *file = getenv("EMUGPU_CODE_DUMP");
+	if (!file || !*file)
+		return;
+	in_emu++;
+	int fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		die("EMUGPU_CODE_DUMP=%s: %s", file, strerror(errno));
+	uint8_t *buf = malloc(DUMP_MAX);
+	if (!buf)
+		die("EMUGPU_CODE_DUMP: no memory");
+	pthread_mutex_lock(&S.lock);
+	for (unsigned i = 0; i < S.nbo; i++) {
+		struct bo *b = &S.bo[i];
+		if (!b->used || b->size > DUMP_MAX || (b->flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP))
+			continue;
+		int user = (b->flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) != 0;
+		ssize_t got;
+		if (user) {
+			struct iovec local = { buf, b->size }, remote = { (void *)(uintptr_t)b->va, b->size };
+			got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+		} else {
+			got = pread(S.backing, buf, b->size, (off_t)b->offset);
+		}
+		if (got != (ssize_t)b->size)
+			got = 0;
+		uint64_t h = 0xcbf29ce484222325ull;
+		for (ssize_t k = 0; k < got; k++)
+			h = (h ^ buf[k]) * 0x100000001b3ull;
+		if (b->dumped && b->hash == h)
+			continue;
+		b->dumped = 1;
+		b->hash = h;
+		char head[128];
+		int n = snprintf(head, sizeof head, "emugpu-code va=0x%" PRIx64 " size=%zd kind=%s\n", b->va, got,
+				 user ? "userptr" : (b->flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) ? "vram" : "other");
+		if (write(fd, head, (size_t)n) != n || (got && write(fd, buf, (size_t)got) != got))
+			die("EMUGPU_CODE_DUMP=%s: short write", file);
+	}
+	pthread_mutex_unlock(&S.lock);
+	free(buf);
+	close(fd);
+	in_emu--;
+}
+
+EXPORT void emugpu_dump_code(void)
+{
+	init();
+	dump_code();
+}
+
 static void *processor(void *unused)
 {
 	(void)unused;
@@ -1238,6 +1309,8 @@ static void *processor(void *unused)
 					if (n && (type == 3 ? done < n : !done))
 						break; /* the queue waits, as the hardware's does */
 				}
+				if (type == 2)
+					dump_code();
 				if (type == 2 && take_fault(i, pkt)) /* KERNEL_DISPATCH */
 					break;
 				complete(*(uint64_t *)(pkt + 56));

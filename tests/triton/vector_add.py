@@ -35,10 +35,16 @@ class Buffer:
         p = ctypes.c_void_p()
         check("hipMalloc", hip.hipMalloc(ctypes.byref(p), ctypes.c_size_t(n * 4)))
         self.ptr = p.value
+        self.n = n
         self.dtype = "float32"
 
     def data_ptr(self):
         return self.ptr
+
+    def ptr_range(self):
+        """The bytes it spans: with AMDGCN_USE_BUFFER_OPS=1, Triton's AMD backend uses buffer
+        instructions for pointers known to span less than 2 GiB (`is_within_2gb`)."""
+        return self.n * 4
 
 
 @triton.jit
@@ -64,6 +70,11 @@ def main():
     print("compiled for:", kernel.metadata.target.arch)
     print("amdgcn has add_kernel:", "add_kernel" in kernel.asm["amdgcn"])
     print("code object sha256:", hashlib.sha256(kernel.asm["hsaco"]).hexdigest())
+    # RMCP_TEST_HSACO=FILE: the code object Triton handed hipModuleLoadDataEx, for a test to
+    # compare with what the GPU was given (tests/module_load.rs).
+    if os.environ.get("RMCP_TEST_HSACO"):
+        with open(os.environ["RMCP_TEST_HSACO"], "wb") as f:
+            f.write(kernel.asm["hsaco"])
     print("module loaded:", kernel.module is not None and kernel.module != 0)
     print("function found:", kernel.function is not None and kernel.function != 0)
     print("launched:", N // BLOCK, "blocks of", BLOCK)

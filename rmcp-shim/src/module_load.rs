@@ -1,0 +1,503 @@
+//! The load-time fix (issue 34): what the hooks of `hipModuleLoadData` and
+//! `hipModuleLoadDataEx` do with the image they are given, and what `hipModuleLoad`'s hook
+//! says about the file it loaded (their counters are `stats`'s, the report's
+//! `buffer_descriptors`). The image is read without trusting the pointer, scanned by
+//! `rmcp_core::buffer_descriptors`, and by `rmcp_core::module_load::decide` forwarded as it
+//! is, forwarded with a warning, or replaced by a private copy in which only the broken
+//! descriptor literals are rewritten (Triton's buffer ops on gfx1010-gfx1013).
+//!
+//! Never worse than without the shim:
+//! - the caller's image is only read (through `process_vm_readv`, so a bad or truncated
+//!   pointer is an error here, never a fault), never written; a length the image's own
+//!   headers do not give, a malformed image, or any failure of the shim's own steps (a panic
+//!   included) forwards the caller's call unchanged;
+//! - a fixed call that fails with anything but out-of-memory is made again with the caller's
+//!   image, and that answer is returned; answers reach the caller bit for bit;
+//! - the runtime keeps the image pointer for the module's life (clr's `FatBinaryInfo` keeps
+//!   it and `addDeviceProgram` is given it without a copy), so a fixed copy is never freed:
+//!   it is kept for the life of the process, at most [`MAX_KEPT`] bytes in all (past that,
+//!   images are forwarded as they are, said once);
+//! - nothing runs for a process that never loads a module; `RMCP_BUFFER_DESCRIPTORS=off` or
+//!   `RMCP_MODE=off` reads nothing at all.
+//!
+//! `hipModuleLoad` is forwarded unchanged: loading a fixed copy would mean reading the file
+//! and calling `hipModuleLoadData` instead, a different call (the runtime maps the file,
+//! names it in its own logs and tools). After the call, a broken gfx1010-gfx1013 file is
+//! named in one warning.
+
+use std::ffi::{CStr, c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+use rmcp_core::buffer_descriptors::{self as descriptors, ImageScan};
+use rmcp_core::gfx::Gfx;
+use rmcp_core::module_load::{self as decision, LoadAction, LoadDevice, Scanned};
+use rmcp_core::policy;
+use rmcp_sys::{HipApi, HipError, error};
+
+use crate::binding::Binding;
+use crate::intercept::{Call, Caller, binding_of, describe_caller, forward_bare};
+use crate::state::Global;
+use crate::stats::{self, Image, Outcome};
+use crate::thread::{self, ThreadState};
+
+/// The largest image the shim reads; a larger one is forwarded as it is.
+const MAX_IMAGE: usize = 256 << 20;
+/// The most bytes of fixed copies kept for the life of the process.
+const MAX_KEPT: u64 = 1 << 30;
+
+static KEPT: AtomicU64 = AtomicU64::new(0);
+static SAID: AtomicBool = AtomicBool::new(false);
+static SAID_FULL: AtomicBool = AtomicBool::new(false);
+
+/// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
+/// any of them is not mapped readable.
+fn read_own(addr: usize, buf: &mut [u8]) -> bool {
+    if buf.is_empty() {
+        return true;
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, writable for its length; the kernel reads `remote`
+    // from this process's address space and fails (EFAULT) where it is not mapped, instead
+    // of faulting.
+    let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    usize::try_from(got).is_ok_and(|n| n == buf.len())
+}
+
+/// The image at `image` as the caller handed it: its length from its own headers, its
+/// bytes copied. None: not readable as a code object (or larger than [`MAX_IMAGE`]).
+fn read_image(image: *const c_void) -> Option<Vec<u8>> {
+    if image.is_null() {
+        return None;
+    }
+    let base = image as usize;
+    let len = descriptors::image_len(&mut |offset: usize, buf: &mut [u8]| {
+        base.checked_add(offset)
+            .is_some_and(|at| at.checked_add(buf.len()).is_some() && read_own(at, buf))
+    })?;
+    if len == 0 || len > MAX_IMAGE {
+        return None;
+    }
+    let mut bytes = vec![0u8; len];
+    read_own(base, &mut bytes).then_some(bytes)
+}
+
+/// What one broken image holds: its gfx1010-gfx1013 code objects with findings.
+#[derive(Clone, Debug, Default)]
+struct Broken {
+    /// The first such object's target (`amdgcn-amd-amdhsa--gfx1010`, ...).
+    target: String,
+    kernels: usize,
+    /// The literals (`s_mov_b32` instructions) a fix rewrites.
+    literals: usize,
+    /// The buffer instructions they feed.
+    buffer_instructions: usize,
+}
+
+fn broken(scan: &ImageScan) -> Option<Broken> {
+    let mut b = Broken::default();
+    for o in scan.objects.iter().filter(|o| o.runs_on_rdna1()) {
+        if o.findings.is_empty() {
+            continue;
+        }
+        if b.target.is_empty() {
+            b.target = o
+                .target
+                .rsplit("--")
+                .next()
+                .unwrap_or(&o.target)
+                .to_string();
+        }
+        b.literals += o.findings.len();
+        b.buffer_instructions += o.findings.iter().map(|f| f.buffer_at.len()).sum::<usize>();
+        let mut names: Vec<Option<&str>> = o.findings.iter().map(|f| f.kernel.as_deref()).collect();
+        names.sort();
+        names.dedup();
+        b.kernels += names.len();
+    }
+    (b.literals > 0).then_some(b)
+}
+
+/// The device the module loads on: the KFD topology's GPUs (their real ISAs); on a machine
+/// with gfx1010-gfx1013 and other GPUs, the calling thread's current device, when `ask`
+/// allows a runtime query (`hipGetDevice` on the caller's thread, made before its own call,
+/// as for hipExtMallocWithFlags on a mixed machine).
+fn device(global: &Global, binding: &Binding, ask: bool) -> LoadDevice {
+    let gpus: Vec<Gfx> = global
+        .topology
+        .as_ref()
+        .map(|t| t.gpus.iter().map(|g| g.gfx).collect())
+        .unwrap_or_default();
+    decision::load_device(&gpus, || {
+        if !ask {
+            return None;
+        }
+        let copy = binding.copy?;
+        let _no_cancel = crate::cancel::NoCancel::new();
+        let current = crate::devices::current(&binding.api)?;
+        copy.devices(global)
+            .iter()
+            .find(|d| usize::try_from(d.ordinal).ok() == Some(current))
+            .map(|d| d.gfx)
+            .filter(|g| g.0 != 0)
+    })
+}
+
+/// What the shim prepared for one load.
+struct Prepared {
+    action: LoadAction,
+    broken: Option<Broken>,
+    /// The fixed copy to forward (kept for the process's life).
+    fixed: Option<&'static [u8]>,
+    /// The keep limit turned a fix into a warning.
+    full: bool,
+}
+
+const UNTOUCHED: Prepared = Prepared {
+    action: LoadAction::Forward,
+    broken: None,
+    fixed: None,
+    full: false,
+};
+
+fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared {
+    let cfg = global.config;
+    if !decision::scans(cfg.buffer_descriptors, cfg.mode) {
+        return UNTOUCHED;
+    }
+    stats::record_image(Image::Scanned, 1);
+    let Some(bytes) = read_image(image) else {
+        stats::record_image(Image::Unreadable, 1);
+        return UNTOUCHED;
+    };
+    let Ok(scan) = descriptors::scan_image(&bytes) else {
+        stats::record_image(Image::Unreadable, 1);
+        return UNTOUCHED;
+    };
+    let found = broken(&scan);
+    let scanned = if found.is_some() {
+        stats::record_image(Image::Broken, 1);
+        Scanned::Broken
+    } else {
+        Scanned::Clean
+    };
+    let action = decision::decide(cfg.buffer_descriptors, cfg.mode, scanned, || {
+        device(global, binding, true)
+    });
+    let mut p = Prepared {
+        action,
+        broken: found,
+        fixed: None,
+        full: false,
+    };
+    if action == LoadAction::Fix {
+        let Some(fixed) = descriptors::fix_image(&bytes, &scan) else {
+            return UNTOUCHED;
+        };
+        if fixed.len() != bytes.len() {
+            return UNTOUCHED;
+        }
+        let len = fixed.len() as u64;
+        if KEPT.fetch_add(len, Relaxed).saturating_add(len) > MAX_KEPT {
+            KEPT.fetch_sub(len, Relaxed);
+            p.action = LoadAction::Warn { dry_run: false };
+            p.full = true;
+            return p;
+        }
+        // Kept for the process's life: the runtime keeps the pointer (module header).
+        p.fixed = Some(Box::leak(fixed.into_boxed_slice()));
+    }
+    p
+}
+
+/// The body of the hooks of the rows marked `loads image from IMAGE`. `asked` makes the
+/// caller's call with the image it is given.
+pub(crate) fn load<const COPY: bool>(
+    call: Call,
+    image: *const c_void,
+    asked: impl Fn(&HipApi, *const c_void) -> Option<HipError>,
+) -> HipError {
+    thread::with(|t| {
+        let caller = Caller::of::<COPY>(call.ret);
+        if t.inside() {
+            return forward_bare(caller, &|api: &HipApi| asked(api, image));
+        }
+        // No guard with a destructor (crate::cancel), as in `intercept`.
+        t.mark_inside();
+        let rc = load_on(t, call, caller, image, &asked);
+        t.leave();
+        rc
+    })
+}
+
+fn load_on(
+    t: &ThreadState,
+    call: Call,
+    caller: Caller,
+    image: *const c_void,
+    asked: &impl Fn(&HipApi, *const c_void) -> Option<HipError>,
+) -> HipError {
+    let bare = |api: &HipApi| asked(api, image);
+    let Ok(global) = catch_unwind(crate::report::global) else {
+        return forward_bare(caller, &bare);
+    };
+    let Ok(Some(binding)) = catch_unwind(|| binding_of(caller, global.config)) else {
+        return forward_bare(caller, &bare);
+    };
+    let prepared = catch_unwind(AssertUnwindSafe(|| {
+        let _no_cancel = crate::cancel::NoCancel::new();
+        prepare(global, binding, image)
+    }))
+    .unwrap_or(UNTOUCHED);
+    let api = &binding.api;
+    let lacks = std::cell::Cell::new(false);
+    let make = |img: *const c_void| {
+        asked(api, img).unwrap_or_else(|| {
+            lacks.set(true);
+            error::SHARED_OBJECT_SYMBOL_NOT_FOUND
+        })
+    };
+    // From here to the bookkeeping: runtime calls and plain comparisons only.
+    let mut fallback = false;
+    let rc = match prepared.fixed {
+        Some(copy) => {
+            let rc = make(copy.as_ptr().cast());
+            if policy::retry_as_asked(rc) && !lacks.get() {
+                fallback = true;
+                make(image)
+            } else {
+                rc
+            }
+        }
+        None => make(image),
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let fixed = prepared.fixed.is_some() && !fallback;
+        stats::record(
+            stats::slot(t),
+            call.hook,
+            Outcome {
+                rewritten: fixed,
+                fallback,
+                error: rc != error::SUCCESS,
+                bytes: 0,
+                coherent: false,
+            },
+        );
+        if lacks.get() {
+            crate::intercept::missing(call.hook, "the loaded HIP runtime does not export it");
+        }
+        after(call, caller, &prepared, rc, fixed, fallback);
+        crate::report::after_call(global, binding);
+    }));
+    rc
+}
+
+fn after(call: Call, caller: Caller, p: &Prepared, rc: HipError, fixed: bool, fallback: bool) {
+    let Some(b) = &p.broken else {
+        return;
+    };
+    let what = format!(
+        "{} (from {}) loaded a {} code object whose buffer instructions take descriptors in \
+         a layout this GPU does not use (Triton's buffer ops: loads read 0, stores write \
+         nothing): {} descriptor literals feeding {} buffer instructions in {} kernels",
+        call.hook.name(),
+        describe_caller(caller),
+        b.target,
+        b.literals,
+        b.buffer_instructions,
+        b.kernels,
+    );
+    if fallback {
+        stats::record_image(Image::Fallback, 1);
+        tracing::warn!(
+            "{what}; the runtime refused the fixed copy (rc={rc}) and loaded the original \
+             (further fallbacks are counted, not logged)"
+        );
+        return;
+    }
+    match p.action {
+        LoadAction::Fix if fixed => {
+            stats::record_image(Image::Fixed, 1);
+            stats::record_image(Image::InstructionsFixed, b.literals as u64);
+            if !SAID.swap(true, Relaxed) {
+                tracing::warn!(
+                    "{what}; rmcp handed the runtime a private copy with those descriptors in \
+                     the RDNA layout (word 3 0x00027000 becomes 0x31027000: bit 24 and \
+                     OOB_SELECT 3 set), nothing else changed; RMCP_BUFFER_DESCRIPTORS=warn \
+                     or off leaves images alone (further images are counted, not logged)"
+                );
+            }
+        }
+        LoadAction::Fix | LoadAction::Forward => {}
+        LoadAction::Warn { dry_run } => {
+            stats::record_image(Image::Warned, 1);
+            if p.full && !SAID_FULL.swap(true, Relaxed) {
+                tracing::warn!(
+                    "{what}; rmcp already keeps {MAX_KEPT} bytes of fixed copies and loaded \
+                     this one as it is"
+                );
+            } else if !SAID.swap(true, Relaxed) {
+                tracing::warn!(
+                    "{what}; loaded as it is ({}). To get correct results: set \
+                     AMDGCN_USE_BUFFER_OPS=0 before Triton compiles and clear the kernels it \
+                     cached (TRITON_CACHE_DIR, else ~/.triton/cache, and Inductor's), or let \
+                     rmcp fix the images (RMCP_BUFFER_DESCRIPTORS=fix); `rmcp doctor` names \
+                     the cached ones (further images are counted, not logged)",
+                    if dry_run {
+                        "RMCP_MODE=dry-run: rmcp would have fixed it"
+                    } else {
+                        "RMCP_BUFFER_DESCRIPTORS=warn"
+                    }
+                );
+            }
+        }
+    }
+}
+
+/// After `hipModuleLoad` returned `rc`: a broken gfx1010-gfx1013 code object file, loaded on
+/// a gfx1010-gfx1013 GPU, is named once (it is not fixed: module header). Only a regular
+/// file of at most [`MAX_IMAGE`] bytes is read; the device is known without a runtime query
+/// or not at all (a query now would change the caller's last error).
+///
+/// # Safety
+/// `fname` is null or the caller's NUL-terminated path.
+pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c_char, ret: usize) {
+    if rc != error::SUCCESS || fname.is_null() {
+        return;
+    }
+    thread::with(|t| {
+        if t.inside() {
+            return;
+        }
+        let _inside = t.enter();
+        let _no_cancel = crate::cancel::NoCancel::new();
+        let Some(global) = crate::state::global_if_built() else {
+            return;
+        };
+        let cfg = global.config;
+        if !decision::scans(cfg.buffer_descriptors, cfg.mode) {
+            return;
+        }
+        let caller = Caller::of::<COPY>(ret);
+        let Some(binding) = binding_of(caller, cfg) else {
+            return;
+        };
+        // SAFETY: per this function's contract.
+        let path = unsafe { CStr::from_ptr(fname) };
+        let path = std::path::Path::new(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()),
+        );
+        stats::record_image(Image::Scanned, 1);
+        let Some(scan) = read_file(path).and_then(|b| descriptors::scan_image(&b).ok()) else {
+            stats::record_image(Image::Unreadable, 1);
+            return;
+        };
+        let Some(b) = broken(&scan) else {
+            return;
+        };
+        stats::record_image(Image::Broken, 1);
+        if device(global, binding, false) != LoadDevice::Rdna1 {
+            return;
+        }
+        stats::record_image(Image::Warned, 1);
+        if !SAID.swap(true, Relaxed) {
+            tracing::warn!(
+                "hipModuleLoad (from {}) loaded {}, a {} code object whose buffer instructions \
+                 take descriptors in a layout this GPU does not use (loads read 0, stores \
+                 write nothing): {} descriptor literals feeding {} buffer instructions in {} \
+                 kernels. rmcp fixes only code objects loaded from memory \
+                 (hipModuleLoadData/Ex); rebuild this one with AMDGCN_USE_BUFFER_OPS=0 \
+                 (further images are counted, not logged)",
+                describe_caller(caller),
+                path.display(),
+                b.target,
+                b.literals,
+                b.buffer_instructions,
+                b.kernels,
+            );
+        }
+    });
+}
+
+/// A regular file's bytes, at most [`MAX_IMAGE`] of them; None for anything else (a FIFO is
+/// never opened for reading: `O_NONBLOCK`, then checked to be a regular file).
+fn read_file(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_IMAGE as u64 {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    f.by_ref()
+        .take(MAX_IMAGE as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    (bytes.len() <= MAX_IMAGE).then_some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_own_memory_never_faults() {
+        let data = [1u8, 2, 3, 4];
+        let mut buf = [0u8; 4];
+        assert!(read_own(data.as_ptr() as usize, &mut buf));
+        assert_eq!(buf, data);
+        // Page 0 is never mapped; the top of the address space neither.
+        assert!(!read_own(8, &mut buf));
+        assert!(!read_own(usize::MAX - 2, &mut buf));
+        assert!(read_image(std::ptr::null()).is_none());
+        assert!(read_image(16 as *const c_void).is_none());
+    }
+
+    #[test]
+    fn a_truncated_image_is_not_read_past_its_mapping() {
+        // An ELF header claiming more than the mapping holds: the end of a mapped page,
+        // followed by an unmapped one.
+        // SAFETY: a fresh anonymous mapping of two pages, the second unmapped again; no
+        // other code knows these addresses.
+        unsafe {
+            let page = 4096;
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::munmap(p.cast::<u8>().add(page).cast(), page);
+            let at = p.cast::<u8>().add(page - 64);
+            // ELF64, little-endian, AMDGPU, with section headers said to lie far beyond.
+            let mut h = [0u8; 64];
+            h[..4].copy_from_slice(b"\x7fELF");
+            h[4] = 2;
+            h[5] = 1;
+            h[6] = 1;
+            h[18..20].copy_from_slice(&224u16.to_le_bytes());
+            h[0x28..0x30].copy_from_slice(&0x10_0000u64.to_le_bytes());
+            h[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+            h[0x3c..0x3e].copy_from_slice(&4u16.to_le_bytes());
+            std::ptr::copy_nonoverlapping(h.as_ptr(), at, 64);
+            assert!(read_image(at.cast()).is_none());
+            libc::munmap(p, page);
+        }
+    }
+}

@@ -1,0 +1,156 @@
+/*
+ * module_load.c: loads a code object from memory the three ways a HIP program does, for the
+ * load-time fix's tests (tests/module_load.rs) on the emulated GPU (scripts/emulated-gpu).
+ *
+ *   module_load MODE FILE [KERNEL]
+ *
+ * MODE:
+ *   data    hipModuleLoadData(&module, image) by name (a PLT call; the reference is weak, so
+ *           the program links against the fake runtime, which lacks it)
+ *   dataex  hipModuleLoadDataEx(&module, image, 0, NULL, NULL) by name
+ *   file    hipModuleLoad(&module, FILE) by name
+ *   proc    as Triton's HIP driver (third_party/amd/backend/driver.c): dlopen(LIB,
+ *           RTLD_LAZY | RTLD_LOCAL) with LIB from RMCP_TEST_HIP_LIB (default
+ *           "libamdhip64.so"), dlsym "hipDriverGetVersion" and "hipGetProcAddress" (with
+ *           dlerror() checked), then hipGetProcAddress("hipModuleLoadDataEx", ...,
+ *           version, 0, &status) and that pointer called
+ * The image is FILE read into a heap buffer; after the call the buffer is compared with a
+ * second copy. With KERNEL, hipModuleGetFunction(&f, module, KERNEL) follows (looked up the
+ * same way as the load). Prints
+ *   load rc=N identical=0|1
+ *   function rc=N            (with KERNEL)
+ * After the load it has the emulated GPU, when loaded, append what the GPU can see to
+ * EMUGPU_CODE_DUMP (emugpu_dump_code). Exits 0 when every call returned hipSuccess and the buffer is unchanged, 1 otherwise,
+ * 2 on a bad argument or a lookup that failed.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int hipError_t;
+
+hipError_t hipModuleLoadData(void **module, const void *image) __attribute__((weak));
+hipError_t hipModuleLoadDataEx(void **module, const void *image, unsigned n, int *options,
+			       void **values) __attribute__((weak));
+hipError_t hipModuleLoad(void **module, const char *fname) __attribute__((weak));
+
+typedef hipError_t (*load_ex_fn)(void **, const void *, unsigned, int *, void **);
+typedef hipError_t (*get_function_fn)(void **, void *, const char *);
+typedef hipError_t (*proc_fn)(const char *, void **, int, uint64_t, int *);
+typedef hipError_t (*version_fn)(int *);
+
+static unsigned char *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	unsigned char *buf = n > 0 ? malloc((size_t)n) : NULL;
+	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+static void mark(const char *text)
+{
+	void (*m)(const char *) = (void (*)(const char *))dlsym(RTLD_DEFAULT, "emugpu_mark");
+	if (m)
+		m(text);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: module_load data|dataex|file|proc FILE [KERNEL]\n");
+		return 2;
+	}
+	const char *mode = argv[1], *path = argv[2], *kernel = argc > 3 ? argv[3] : NULL;
+	size_t len = 0;
+	unsigned char *image = read_file(path, &len), *copy = image ? malloc(len) : NULL;
+	if (!image || !copy) {
+		fprintf(stderr, "module_load: cannot read %s\n", path);
+		return 2;
+	}
+	memcpy(copy, image, len);
+
+	void *module = NULL, *function = NULL;
+	hipError_t rc;
+	get_function_fn get_function = NULL;
+	mark("begin load");
+	if (!strcmp(mode, "proc")) {
+		const char *name = getenv("RMCP_TEST_HIP_LIB");
+		void *lib = dlopen(name && *name ? name : "libamdhip64.so", RTLD_LAZY | RTLD_LOCAL);
+		if (!lib) {
+			fprintf(stderr, "module_load: dlopen: %s\n", dlerror());
+			return 2;
+		}
+		version_fn version = (version_fn)dlsym(lib, "hipDriverGetVersion");
+		int v = 0;
+		if (!version || version(&v)) {
+			fprintf(stderr, "module_load: hipDriverGetVersion failed\n");
+			return 2;
+		}
+		dlerror();
+		proc_fn proc = (proc_fn)dlsym(lib, "hipGetProcAddress");
+		const char *err = dlerror();
+		if (err || !proc) {
+			fprintf(stderr, "module_load: cannot query 'hipGetProcAddress': %s\n",
+				err ? err : "null");
+			return 2;
+		}
+		load_ex_fn load_ex = NULL;
+		int status = -1;
+		rc = proc("hipModuleLoadDataEx", (void **)&load_ex, v, 0, &status);
+		if (rc || !load_ex) {
+			fprintf(stderr, "module_load: hipGetProcAddress(hipModuleLoadDataEx) rc=%d status=%d\n",
+				rc, status);
+			return 2;
+		}
+		if (kernel && proc("hipModuleGetFunction", (void **)&get_function, v, 0, &status)) {
+			fprintf(stderr, "module_load: hipGetProcAddress(hipModuleGetFunction) failed\n");
+			return 2;
+		}
+		rc = load_ex(&module, image, 0, NULL, NULL);
+	} else {
+		if (kernel)
+			get_function = (get_function_fn)dlsym(RTLD_DEFAULT, "hipModuleGetFunction");
+		if (!strcmp(mode, "data") && hipModuleLoadData) {
+			rc = hipModuleLoadData(&module, image);
+		} else if (!strcmp(mode, "dataex") && hipModuleLoadDataEx) {
+			rc = hipModuleLoadDataEx(&module, image, 0, NULL, NULL);
+		} else if (!strcmp(mode, "file") && hipModuleLoad) {
+			rc = hipModuleLoad(&module, path);
+		} else {
+			fprintf(stderr, "module_load: %s: no such mode, or no runtime defines it\n", mode);
+			return 2;
+		}
+	}
+	int identical = memcmp(image, copy, len) == 0;
+	printf("load rc=%d identical=%d\n", rc, identical);
+	mark("end load");
+	/* The emulated GPU's code read-back (tests/emulated-gpu/emugpu.c), when it is loaded. */
+	void (*dump)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "emugpu_dump_code");
+	if (dump)
+		dump();
+	int ok = rc == 0 && identical;
+	if (kernel) {
+		if (!get_function) {
+			fprintf(stderr, "module_load: no hipModuleGetFunction\n");
+			return 2;
+		}
+		hipError_t f = rc ? -1 : get_function(&function, module, kernel);
+		printf("function rc=%d\n", f);
+		ok = ok && f == 0;
+	}
+	fflush(stdout);
+	return ok ? 0 : 1;
+}

@@ -1,0 +1,532 @@
+//! The load-time fix of broken buffer descriptors (issue 34, item 2) on the emulated GPU
+//! (scripts/emulated-gpu), read back from below the runtime: the emulator appends every
+//! buffer the GPU can see to EMUGPU_CODE_DUMP (tests/emulated-gpu/emugpu.c, "Code
+//! read-back"), and the test looks there for the kernel's machine code (its `.text`) as the
+//! caller's image has it and as the fix makes it. The program is
+//! tests/emulated-gpu/module_load.c.
+//!
+//! - ROCm 5.2.3 (the host's): a hipcc-built gfx1010 kernel with Triton's descriptor word 3
+//!   (`0x00027000`; 5.2.3 cannot read Triton's code object v5, see the last test) loaded by
+//!   name with hipModuleLoadData and hipModuleLoadDataEx: the GPU gets the original without
+//!   rmcp and the fixed code with it; `warn` and `off` load the original; on an RDNA2
+//!   (gfx1031, made to run gfx1010 code with HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing
+//!   changes; a kernel with the RDNA layout (`0x31014000`) is left alone; hipModuleLoad is
+//!   never changed, and its broken file named. The caller's buffer is byte-identical after
+//!   every call.
+//! - ROCm 7.2.4 (the compat cache's experimental root, RMCP_COMPAT_CACHE): Triton 3.5.1's own
+//!   gfx1010 vector-add object, loaded as Triton's driver loads it (dlopen RTLD_LOCAL,
+//!   hipGetProcAddress, hipModuleLoadDataEx): the same, and Triton's gfx1030 object on the
+//!   RDNA2 is left alone.
+//! - 5.2.3 with Triton's object: the runtime refuses it with and without rmcp, and rmcp's
+//!   answer is the runtime's (the fixed copy refused, the original tried again).
+//!
+//! Skipped without the real runtime, the emulator, hipcc, Triton (scripts/triton-venv) or
+//! the 7.2.4 root (which also needs root, for chroot); a failure under
+//! RMCP_REQUIRE_REAL_HIP=1.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rmcp_core::buffer_descriptors::{fixed_word3, scan_image};
+use rmcp_testkit::*;
+
+/// One object's machine code, as the caller's image has it and as the fix makes it.
+struct Code {
+    original: Vec<u8>,
+    fixed: Vec<u8>,
+}
+
+/// The `.text` of the one ELF in `image` (an ELF or an offload bundle).
+fn text_of(image: &[u8]) -> Vec<u8> {
+    let scan = scan_image(image).expect("a code object");
+    let o = scan
+        .objects
+        .iter()
+        .find(|o| o.target.ends_with("gfx1010") || o.target.ends_with("gfx1030"))
+        .expect("a gfx10 object");
+    let elf = &image[o.at..o.at + o.len];
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap()) as usize;
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let sh = |i: usize| shoff + i * shentsize;
+    let names = u64_at(sh(shstrndx) + 0x18);
+    (0..shnum)
+        .find_map(|i| {
+            let name = names + u32_at(sh(i));
+            let end = name + elf[name..].iter().position(|b| *b == 0)?;
+            (&elf[name..end] == b".text").then(|| {
+                let (off, size) = (u64_at(sh(i) + 0x18), u64_at(sh(i) + 0x20));
+                elf[off..off + size].to_vec()
+            })
+        })
+        .expect("a .text section")
+}
+
+/// The code of `image`, and the same with the one broken literal fixed (the test's own
+/// rewrite, not the shim's: word 3 at the position the scan names).
+fn code(image: &[u8]) -> Code {
+    let original = text_of(image);
+    let scan = scan_image(image).unwrap();
+    let mut fixed_image = image.to_vec();
+    for (_, f) in scan.findings() {
+        let w = u32::from_le_bytes(image[f.literal_at..f.literal_at + 4].try_into().unwrap());
+        fixed_image[f.literal_at..f.literal_at + 4].copy_from_slice(&fixed_word3(w).to_le_bytes());
+    }
+    Code {
+        fixed: text_of(&fixed_image),
+        original,
+    }
+}
+
+/// What the GPU was given: the original code, the fixed code, or both / neither.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Original,
+    Fixed,
+    Both,
+    Neither,
+}
+
+fn seen(dump: &[u8], code: &Code) -> Seen {
+    let has = |needle: &[u8]| dump.windows(needle.len()).any(|w| w == needle);
+    match (has(&code.original), has(&code.fixed)) {
+        (true, false) => Seen::Original,
+        (false, true) => Seen::Fixed,
+        (true, true) => Seen::Both,
+        (false, false) => Seen::Neither,
+    }
+}
+
+/// One run's results.
+struct Ran {
+    stdout: String,
+    stderr: String,
+    dump: Vec<u8>,
+    stats: serde_json::Value,
+}
+
+impl Ran {
+    /// The report's `buffer_descriptors.FIELD`.
+    fn count(&self, field: &str) -> u64 {
+        self.stats["buffer_descriptors"][field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no buffer_descriptors.{field} in {}", self.stats))
+    }
+    /// The shim's lines about code objects.
+    fn said(&self) -> Vec<&str> {
+        self.stderr
+            .lines()
+            .filter(|l| l.starts_with("rmcp[") && l.contains("code object"))
+            .collect()
+    }
+}
+
+/// A run on ROCm 5.2.3 on the emulated GPU: `module_load5 MODE FILE KERNEL` on `fixture`,
+/// with the shim preloaded when `shim`, and `env`.
+fn run5(
+    lib: &Path,
+    dir: &Path,
+    fixture: &str,
+    shim: bool,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Ran {
+    let dump = dir.join("dump.bin");
+    let stats = dir.join("stats.json");
+    let _ = std::fs::remove_file(&dump);
+    let _ = std::fs::remove_file(&stats);
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.args(["--fixture", fixture, "--log"])
+        .arg(dir.join("emu.jsonl"))
+        .arg("--")
+        .arg(module_load_program(5))
+        .args(args)
+        .env("EMUGPU_LIB", lib)
+        .env("EMUGPU_CODE_DUMP", &dump)
+        .env_remove("LD_PRELOAD")
+        .env_remove("HSA_OVERRIDE_GFX_VERSION")
+        .env_remove("EMUGPU_FAULT");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("RMCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    if shim {
+        cmd.env("LD_PRELOAD", shim_path())
+            .env("RMCP_STATS_FILE", &stats);
+    }
+    cmd.envs(env.iter().copied());
+    let out = output_within(&mut cmd, Duration::from_secs(120)).expect("module_load5");
+    Ran {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        dump: std::fs::read(&dump).unwrap_or_default(),
+        stats: std::fs::read(&stats)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null),
+    }
+}
+
+fn shim_path() -> PathBuf {
+    rmcp_testkit::shim()
+}
+
+/// The line a successful load prints, with the caller's buffer unchanged.
+const LOADED: &str = "load rc=0 identical=1\nfunction rc=0\n";
+
+#[test]
+fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
+    let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some(broken) = buffer_kernel_object(d, "0x00027000") else {
+        return;
+    };
+    let Some(clean) = buffer_kernel_object(d, "0x31014000") else {
+        return;
+    };
+    let broken_code = code(&std::fs::read(&broken).unwrap());
+    assert_ne!(broken_code.original, broken_code.fixed);
+    let file = broken.to_str().unwrap();
+
+    for mode in ["data", "dataex"] {
+        let args = [mode, file, "copy"];
+        let none = run5(&lib, d, "rdna1", false, &[], &args);
+        assert_eq!(none.stdout, LOADED, "{mode} without rmcp: {}", none.stderr);
+        assert_eq!(seen(&none.dump, &broken_code), Seen::Original, "{mode}");
+
+        let fixed = run5(&lib, d, "rdna1", true, &[], &args);
+        assert_eq!(fixed.stdout, LOADED, "{mode} with rmcp: {}", fixed.stderr);
+        assert_eq!(seen(&fixed.dump, &broken_code), Seen::Fixed, "{mode}");
+        assert_eq!(fixed.count("scanned"), 1);
+        assert_eq!(fixed.count("fixed"), 1);
+        assert_eq!(fixed.count("instructions_fixed"), 1);
+        assert_eq!(fixed.count("fallbacks"), 0);
+        let said = fixed.said();
+        assert_eq!(said.len(), 1, "{}", fixed.stderr);
+        assert!(
+            said[0].contains("private copy") && said[0].contains("module_load5"),
+            "{said:?}"
+        );
+
+        let warned = run5(
+            &lib,
+            d,
+            "rdna1",
+            true,
+            &[("RMCP_BUFFER_DESCRIPTORS", "warn")],
+            &args,
+        );
+        assert_eq!(warned.stdout, LOADED, "{mode} warn: {}", warned.stderr);
+        assert_eq!(
+            seen(&warned.dump, &broken_code),
+            Seen::Original,
+            "{mode} warn"
+        );
+        assert_eq!((warned.count("fixed"), warned.count("warned")), (0, 1));
+        let said = warned.said();
+        assert_eq!(said.len(), 1, "{}", warned.stderr);
+        assert!(said[0].contains("AMDGCN_USE_BUFFER_OPS=0"), "{said:?}");
+
+        let off = run5(
+            &lib,
+            d,
+            "rdna1",
+            true,
+            &[("RMCP_BUFFER_DESCRIPTORS", "off")],
+            &args,
+        );
+        assert_eq!(off.stdout, LOADED, "{mode} off: {}", off.stderr);
+        assert_eq!(seen(&off.dump, &broken_code), Seen::Original, "{mode} off");
+        assert_eq!(off.count("scanned"), 0, "off reads nothing");
+        assert!(off.said().is_empty(), "{}", off.stderr);
+
+        // An RDNA2 card running gfx1010 code: never changed, nothing said.
+        let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
+        let other = run5(&lib, d, "rdna2", true, &rdna2, &args);
+        assert_eq!(other.stdout, LOADED, "{mode} rdna2: {}", other.stderr);
+        assert_eq!(
+            seen(&other.dump, &broken_code),
+            Seen::Original,
+            "{mode} rdna2"
+        );
+        assert_eq!((other.count("broken"), other.count("fixed")), (1, 0));
+        assert_eq!(other.count("warned"), 0);
+        assert!(other.said().is_empty(), "{}", other.stderr);
+    }
+
+    // The RDNA layout: scanned, not broken, loaded as it is.
+    let clean_code = text_of(&std::fs::read(&clean).unwrap());
+    let c = run5(
+        &lib,
+        d,
+        "rdna1",
+        true,
+        &[],
+        &["data", clean.to_str().unwrap(), "copy"],
+    );
+    assert_eq!(c.stdout, LOADED, "{}", c.stderr);
+    assert!(
+        c.dump.windows(clean_code.len()).any(|w| w == clean_code),
+        "the RDNA-layout code reached the GPU as it was"
+    );
+    assert_eq!((c.count("scanned"), c.count("broken")), (1, 0));
+    assert!(c.said().is_empty(), "{}", c.stderr);
+
+    // hipModuleLoad: the call is never changed; the broken file is named.
+    let f = run5(&lib, d, "rdna1", true, &[], &["file", file, "copy"]);
+    assert_eq!(f.stdout, LOADED, "{}", f.stderr);
+    assert_eq!(seen(&f.dump, &broken_code), Seen::Original);
+    assert_eq!((f.count("fixed"), f.count("warned")), (0, 1));
+    let said = f.said();
+    assert_eq!(said.len(), 1, "{}", f.stderr);
+    assert!(
+        said[0].contains(file) && said[0].contains("only code objects loaded from memory"),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn on_5_2_3_a_refused_fixed_image_is_tried_again_as_it_was() {
+    let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    if triton_objects(d).is_none() {
+        return;
+    }
+    // Triton writes code object v5, which 5.2.3's runtime cannot read
+    // (hipErrorSharedObjectInitFailed, 303), with or without rmcp.
+    let file = d.join("add-gfx1010-bufops1.hsaco");
+    let args = ["data", file.to_str().unwrap()];
+    let none = run5(&lib, d, "rdna1", false, &[], &args);
+    let with = run5(&lib, d, "rdna1", true, &[], &args);
+    assert_eq!(none.stdout, "load rc=303 identical=1\n", "{}", none.stderr);
+    assert_eq!(with.stdout, none.stdout, "{}", with.stderr);
+    assert_eq!((with.count("fixed"), with.count("fallbacks")), (0, 1));
+    assert_eq!(with.stats["calls"]["hipModuleLoadData"]["fallbacks"], 1);
+}
+
+/// A run's environment in a compat root: the emulator (and the shim when `shim`) preloaded,
+/// the code read-back and the stats file in `dir`, named by `tag`.
+fn root_env(dir: &RootDir, fixture: &str, shim: bool, tag: &str) -> Vec<(&'static str, String)> {
+    let inside = |name: &str| dir.inside.join(name).display().to_string();
+    let _ = std::fs::remove_file(dir.host().join(format!("dump-{tag}.bin")));
+    let _ = std::fs::remove_file(dir.host().join(format!("stats-{tag}.json")));
+    let mut preload = inside("libemugpu.so");
+    let mut env = vec![
+        ("EMUGPU_FIXTURE", inside(fixture)),
+        ("EMUGPU_LOG", inside(&format!("emu-{tag}.jsonl"))),
+        ("EMUGPU_CODE_DUMP", inside(&format!("dump-{tag}.bin"))),
+    ];
+    if shim {
+        preload = format!("{preload}:{}", inside("librmcp_shim.so"));
+        env.push(("RMCP_STATS_FILE", inside(&format!("stats-{tag}.json"))));
+    }
+    env.push(("LD_PRELOAD", preload));
+    env
+}
+
+/// What a run in a root left: its output, the read-back, the stats.
+fn root_ran(dir: &RootDir, tag: &str, cmd: &mut Command) -> Ran {
+    let out = output_within(cmd, Duration::from_secs(300)).expect("a run in the root");
+    let host = dir.host();
+    Ran {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        dump: std::fs::read(host.join(format!("dump-{tag}.bin"))).unwrap_or_default(),
+        stats: std::fs::read(host.join(format!("stats-{tag}.json")))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null),
+    }
+}
+
+/// A scratch directory in a compat root with the emulator, the shim (its two files) and the
+/// rdna1 and rdna2 fixtures.
+fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
+    let dir = RootDir::new(root, tag);
+    let shim = shim_path();
+    dir.copy(lib, "libemugpu.so");
+    dir.copy(
+        &shim.with_file_name("librmcp_shim_body.so"),
+        "librmcp_shim_body.so",
+    );
+    dir.copy(&shim, "librmcp_shim.so");
+    for fixture in ["rdna1", "rdna2"] {
+        dir.copy(&repo().join("tests/fixtures").join(fixture), fixture);
+    }
+    dir
+}
+
+/// The 7.2.4 runs of `module_load7 proc OBJECT add_kernel`, in `dir` (`root_dir`, the
+/// objects copied in, and `lib/libamdhip64.so`: Debian's 7.x hipGetProcAddress looks its
+/// own library up by that name, and Triton's driver dlopens it; the root has no
+/// libamdhip64-dev, which ships the link).
+fn run7(dir: &RootDir, fixture: &str, shim: bool, env: &[(&str, &str)], object: &str) -> Ran {
+    let inside = |name: &str| dir.inside.join(name).display().to_string();
+    let mut vars = root_env(dir, fixture, shim, "proc");
+    vars.push(("LD_LIBRARY_PATH", inside("lib")));
+    vars.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+    let args = ["proc".to_string(), inside(object), "add_kernel".into()];
+    root_ran(
+        dir,
+        "proc",
+        &mut dir.command(&vars, &inside("module_load7"), &args),
+    )
+}
+
+#[test]
+fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1() {
+    let (Some(lib), Some(root)) = (emugpu_lib(), compat_root("exp")) else {
+        return;
+    };
+    let objects = tempfile::tempdir().unwrap();
+    if triton_objects(objects.path()).is_none() {
+        return;
+    }
+    let object = "add-gfx1010-bufops1.hsaco";
+    let gfx1030 = "add-gfx1030-bufops1.hsaco";
+    let triton = code(&std::fs::read(objects.path().join(object)).unwrap());
+    let dir = root_dir(&root, &lib, "module-load");
+    dir.copy(&module_load_program(7), "module_load7");
+    for o in [object, gfx1030] {
+        dir.copy(&objects.path().join(o), o);
+    }
+    std::fs::create_dir(dir.host().join("lib")).unwrap();
+    std::os::unix::fs::symlink(
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.7",
+        dir.host().join("lib/libamdhip64.so"),
+    )
+    .unwrap();
+    let r = |fixture: &str, shim: bool, env: &[(&str, &str)], object: &str| {
+        run7(&dir, fixture, shim, env, object)
+    };
+
+    let none = r("rdna1", false, &[], object);
+    assert_eq!(none.stdout, LOADED, "without rmcp: {}", none.stderr);
+    assert_eq!(seen(&none.dump, &triton), Seen::Original);
+
+    let fixed = r("rdna1", true, &[], object);
+    assert_eq!(fixed.stdout, LOADED, "with rmcp: {}", fixed.stderr);
+    assert_eq!(seen(&fixed.dump, &triton), Seen::Fixed);
+    assert_eq!(fixed.count("fixed"), 1);
+    assert_eq!(fixed.count("instructions_fixed"), 1);
+    assert_eq!(fixed.stats["calls"]["hipModuleLoadDataEx"]["rewritten"], 1);
+    assert_eq!(fixed.stats["calls"]["hipGetProcAddress"]["calls"], 2);
+    let said = fixed.said();
+    assert_eq!(said.len(), 1, "{}", fixed.stderr);
+    assert!(
+        said[0].contains("hipModuleLoadDataEx") && said[0].contains("24 buffer instructions"),
+        "{said:?}"
+    );
+
+    for (setting, n) in [("warn", 1), ("off", 0)] {
+        let w = r(
+            "rdna1",
+            true,
+            &[("RMCP_BUFFER_DESCRIPTORS", setting)],
+            object,
+        );
+        assert_eq!(w.stdout, LOADED, "{setting}: {}", w.stderr);
+        assert_eq!(seen(&w.dump, &triton), Seen::Original, "{setting}");
+        assert_eq!((w.count("fixed"), w.count("warned")), (0, n), "{setting}");
+        assert_eq!(w.said().len(), n as usize, "{setting}: {}", w.stderr);
+    }
+
+    // On an RDNA2 card: the gfx1010 object run there through the override is left as it
+    // is, and Triton's gfx1030 object (already in the RDNA layout) too.
+    let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
+    let o = r("rdna2", true, &rdna2, object);
+    assert_eq!(o.stdout, LOADED, "rdna2: {}", o.stderr);
+    assert_eq!(seen(&o.dump, &triton), Seen::Original);
+    assert_eq!(
+        (o.count("broken"), o.count("fixed"), o.count("warned")),
+        (1, 0, 0)
+    );
+    assert!(o.said().is_empty(), "{}", o.stderr);
+    let own = text_of(&std::fs::read(objects.path().join(gfx1030)).unwrap());
+    let g = r(
+        "rdna2",
+        true,
+        &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
+        gfx1030,
+    );
+    assert_eq!(g.stdout, LOADED, "gfx1030: {}", g.stderr);
+    assert_eq!((g.count("scanned"), g.count("broken")), (1, 0));
+    assert!(
+        g.dump.windows(own.len()).any(|w| w == own),
+        "the gfx1030 code reached the GPU as it was"
+    );
+}
+
+/// Real Triton 3.5.1 (scripts/triton-root) in the 7.2.4 root on the emulated RX 5700 XT,
+/// with buffer ops on (AMDGCN_USE_BUFFER_OPS=1; 3.5.1's default is off): tests/triton/
+/// vector_add.py compiles, loads (hipGetProcAddress, hipModuleLoadDataEx) and launches its
+/// vector add. Without rmcp the GPU gets Triton's code as compiled, with rmcp the fixed
+/// code; Triton's own code object (its bytes, written out by the program) and every line
+/// the program prints are the same both ways.
+#[test]
+fn real_triton_on_7_2_4_gets_its_kernel_fixed_under_rmcp() {
+    let (Some(lib), Some(root)) = (emugpu_lib(), triton_root()) else {
+        return;
+    };
+    let dir = root_dir(&root, &lib, "module-load-triton");
+    let triton = dir.copy(&repo().join("tests/triton"), "triton");
+    let inside = |name: &str| dir.inside.join(name).display().to_string();
+    let run = |shim: bool, tag: &str| -> (Ran, Vec<u8>) {
+        let mut env = root_env(&dir, "rdna1", shim, tag);
+        env.extend([
+            ("PATH", "/opt/rmcp-triton/venv/bin:/usr/bin:/bin".to_string()),
+            ("PYTHONPATH", triton.display().to_string()),
+            ("LD_LIBRARY_PATH", "/opt/rmcp-triton/lib".to_string()),
+            (
+                "TRITON_LIBHIP_PATH",
+                "/opt/rmcp-triton/lib/libamdhip64.so".to_string(),
+            ),
+            ("TRITON_CACHE_DIR", inside(&format!("cache-{tag}"))),
+            ("AMDGCN_USE_BUFFER_OPS", "1".to_string()),
+            ("RMCP_TEST_HSACO", inside(&format!("{tag}.hsaco"))),
+        ]);
+        let script = triton.join("vector_add.py").display().to_string();
+        let ran = root_ran(&dir, tag, &mut dir.command(&env, "python3", &[script]));
+        let hsaco = std::fs::read(dir.host().join(format!("{tag}.hsaco"))).unwrap_or_default();
+        (ran, hsaco)
+    };
+    let (none, none_hsaco) = run(false, "none");
+    let (with, with_hsaco) = run(true, "rmcp");
+    for (what, ran) in [("without rmcp", &none), ("with rmcp", &with)] {
+        for line in [
+            "compiled for: gfx1010",
+            "module loaded: True",
+            "function found: True",
+            "launched: 4 blocks of 256",
+        ] {
+            assert!(
+                ran.stdout.lines().any(|l| l == line),
+                "{what}: no {line:?} in\n{}\n{}",
+                ran.stdout,
+                ran.stderr
+            );
+        }
+    }
+    assert_eq!(with.stdout, none.stdout, "the program sees the same");
+    assert_eq!(with_hsaco, none_hsaco, "Triton's code object is Triton's");
+    let kernel = code(&none_hsaco);
+    let scan = scan_image(&none_hsaco).unwrap();
+    assert_eq!(scan.literals(), 1, "Triton's buffer-ops kernel: {scan:?}");
+    assert_eq!(seen(&none.dump, &kernel), Seen::Original);
+    assert_eq!(seen(&with.dump, &kernel), Seen::Fixed);
+    assert_eq!((with.count("fixed"), with.count("instructions_fixed")), (1, 1));
+    assert_eq!(with.stats["calls"]["hipModuleLoadDataEx"]["rewritten"], 1);
+    let said = with.said();
+    assert_eq!(said.len(), 1, "{}", with.stderr);
+    assert!(said[0].contains("hipModuleLoadDataEx"), "{said:?}");
+}
