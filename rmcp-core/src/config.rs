@@ -113,6 +113,13 @@ choices! {
         Keep = "keep",
     }
 
+    /// Whether the programs rmcp starts get the variables that keep other software's
+    /// known-wrong GPU code away (`quirks`).
+    pub enum Quirks {
+        On = "on" | "1",
+        Off = "off" | "0",
+    }
+
     /// How much the shim logs.
     pub enum LogLevel {
         Off = "off" | "none",
@@ -258,6 +265,8 @@ config! {
         help "The KFD topology root.";
     hook_dlsym: bool = "RMCP_HOOK_DLSYM", default true, shown "1",
         help "`1`: `dlsym` on a HIP runtime's handle hands back the shim's functions; `0`: lookups answer as glibc does.";
+    quirks: Quirks = "RMCP_QUIRKS", default Quirks::On, shown "on",
+        help "`on`: `rmcp run`, the container entrypoint and `rmcp_rdna.enable()` set `AMDGCN_USE_BUFFER_OPS=0` (and a separate `TORCHINDUCTOR_CACHE_DIR`) for programs on a machine with an RX 5000 (gfx1010-gfx1013), unless already set; `off`: they set neither.";
 }
 
 /// RDNA1 (gfx1010-gfx1013) and RDNA2 (gfx1030-gfx1036).
@@ -392,6 +401,7 @@ mod tests {
         assert_eq!(c.log, LogLevel::Warn);
         assert!(!c.stats);
         assert!(c.hook_dlsym);
+        assert_eq!(c.quirks, Quirks::On);
         assert_eq!(c.sysfs_root, PathBuf::from(DEFAULT_SYSFS_ROOT));
         assert!(c.warnings.is_empty());
         let names: Vec<String> = c.targets.iter().map(|g| g.to_string()).collect();
@@ -416,6 +426,9 @@ mod tests {
             ("RMCP_LOG", "off", |c| c.log == LogLevel::Off),
             ("RMCP_STATS", "1", |c| c.stats),
             ("RMCP_HOOK_DLSYM", "0", |c| !c.hook_dlsym),
+            ("RMCP_QUIRKS", "off", |c| c.quirks == Quirks::Off),
+            ("RMCP_QUIRKS", "0", |c| c.quirks == Quirks::Off),
+            ("RMCP_QUIRKS", "On", |c| c.quirks == Quirks::On),
             ("RMCP_EXEMPT", "", |c| c.exempt.is_empty()),
             ("RMCP_EXEMPT", "librccl, libfoo ,", |c| {
                 c.exempt == ["librccl", "libfoo"]
@@ -445,6 +458,7 @@ mod tests {
             ("RMCP_LOG", "loud"),
             ("RMCP_STATS", "yes"),
             ("RMCP_HOOK_DLSYM", "maybe"),
+            ("RMCP_QUIRKS", "sometimes"),
             ("RMCP_TARGETS", "rdna2"),
             ("RMCP_TARGETS", ","),
         ] {
@@ -593,6 +607,7 @@ mod tests {
         check::<Mode>();
         check::<LogLevel>();
         check::<Finegrained>();
+        check::<Quirks>();
         assert!(LogLevel::Off < LogLevel::Error && LogLevel::Debug < LogLevel::Trace);
     }
 }
