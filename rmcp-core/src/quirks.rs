@@ -6,7 +6,8 @@
 //! environment and apply the answer; nothing here does I/O.
 //!
 //! Today there is one quirk. Triton's AMD backend turns loads and stores into buffer
-//! instructions (`AMDGCN_USE_BUFFER_OPS`, on by default since Triton 3.4) whose resource
+//! instructions (`AMDGCN_USE_BUFFER_OPS`: `=1` turns it on in Triton 3.2-3.5, and it is
+//! on by default since 3.6.0, as PyPI's `knobs.py` shows) whose resource
 //! descriptor gets the RDNA bits (RESOURCE_LEVEL, OOB_SELECT 3) only for RDNA2 and RDNA3:
 //! on gfx1010-gfx1013 (RDNA1) every access then fails the bounds check, loads read 0 and
 //! stores are dropped, with no error. For a process that will see an RDNA1 GPU the knob
@@ -116,7 +117,7 @@ pub fn decide(gpus: &[Gfx], env: &Environment<'_>, quirks: Quirks) -> Decision {
             ),
             None => format!(
                 "{BUFFER_OPS_VARIABLE}={v} kept: Triton reads a value other than 1/true/on or \
-                 0/false/off as its default (buffer loads and stores since Triton 3.4), which \
+                 0/false/off as its default (buffer loads and stores since Triton 3.6), which \
                  on {which} (RDNA1) read 0 and drop stores; unset it to let rmcp set it to 0"
             ),
         });
