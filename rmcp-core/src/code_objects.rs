@@ -136,6 +136,42 @@ const MAX_SHSTRTAB: u64 = 16 << 20;
 /// is not such an ELF file or has no section of that name with contents (a NOBITS section
 /// has none).
 pub fn find_section<R: ReadAt + ?Sized>(r: &R, name: &str) -> Result<Option<Section>, Error> {
+    let Some(headers) = section_headers(r)? else {
+        return Ok(None);
+    };
+    Ok(headers
+        .into_iter()
+        .find(|h| h.name == name)
+        .filter(|h| h.kind != SHT_NOBITS)
+        .map(|h| Section {
+            name: h.name,
+            kind: h.kind,
+            offset: h.offset,
+            size: h.size,
+        }))
+}
+
+/// One ELF section header, all the fields a code-object scan needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SectionHeader {
+    /// The name from the section-name table (empty when it points outside it).
+    pub name: String,
+    /// `sh_type` (1 PROGBITS, 2 SYMTAB, 3 STRTAB, 8 NOBITS, ...).
+    pub kind: u32,
+    /// `sh_flags` (4: SHF_EXECINSTR).
+    pub flags: u64,
+    /// `sh_addr`: where the section lives in the loaded image.
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+    /// `sh_link` (a symbol table's string table).
+    pub link: u32,
+    pub entsize: u64,
+}
+
+/// The section headers of a 64-bit little-endian ELF file, in table order, with their
+/// names: `Ok(None)` when the file is not such an ELF file or has no section table.
+pub fn section_headers<R: ReadAt + ?Sized>(r: &R) -> Result<Option<Vec<SectionHeader>>, Error> {
     let eh = read_range(r, 0, 64)?;
     if eh.len() < 4 || &eh[..4] != b"\x7fELF" {
         return Ok(None);
@@ -185,44 +221,42 @@ pub fn find_section<R: ReadAt + ?Sized>(r: &R, name: &str) -> Result<Option<Sect
     if (table.len() as u64) < shnum * 64 {
         return Err(corrupt("ELF section headers truncated"));
     }
-    let header = |i: u64| -> (u32, u32, u64, u64) {
+    let header = |i: u64| -> SectionHeader {
         let b = &table[(i * 64) as usize..(i * 64 + 64) as usize];
-        (
-            u32_at(b, 0).unwrap_or(0),
-            u32_at(b, 4).unwrap_or(0),
-            u64_at(b, 24).unwrap_or(0),
-            u64_at(b, 32).unwrap_or(0),
-        )
+        SectionHeader {
+            name: String::new(),
+            kind: u32_at(b, 4).unwrap_or(0),
+            flags: u64_at(b, 8).unwrap_or(0),
+            addr: u64_at(b, 16).unwrap_or(0),
+            offset: u64_at(b, 24).unwrap_or(0),
+            size: u64_at(b, 32).unwrap_or(0),
+            link: u32_at(b, 40).unwrap_or(0),
+            entsize: u64_at(b, 56).unwrap_or(0),
+        }
     };
-    let (_, _, str_off, str_size) = header(shstrndx);
-    if str_size > MAX_SHSTRTAB {
+    let names = header(shstrndx);
+    if names.size > MAX_SHSTRTAB {
         return Err(corrupt(format!(
-            "ELF section-name table of {str_size} bytes"
+            "ELF section-name table of {} bytes",
+            names.size
         )));
     }
-    let strtab = read_range(r, str_off, str_size as usize)?;
-    if (strtab.len() as u64) < str_size {
+    let strtab = read_range(r, names.offset, names.size as usize)?;
+    if (strtab.len() as u64) < names.size {
         return Err(corrupt("ELF section-name table truncated"));
     }
+    let mut out = Vec::with_capacity(shnum as usize);
     for i in 0..shnum {
-        let (name_off, kind, offset, size) = header(i);
-        let Some(rest) = strtab.get(name_off as usize..) else {
-            continue;
-        };
-        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-        if &rest[..end] == name.as_bytes() {
-            if kind == SHT_NOBITS {
-                return Ok(None);
-            }
-            return Ok(Some(Section {
-                name: name.to_string(),
-                kind,
-                offset,
-                size,
-            }));
+        let b = &table[(i * 64) as usize..(i * 64 + 64) as usize];
+        let name_off = u32_at(b, 0).unwrap_or(0);
+        let mut h = header(i);
+        if let Some(rest) = strtab.get(name_off as usize..) {
+            let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+            h.name = String::from_utf8_lossy(&rest[..end]).into_owned();
         }
+        out.push(h);
     }
-    Ok(None)
+    Ok(Some(out))
 }
 
 // ---------------------------------------------------------------------------------------

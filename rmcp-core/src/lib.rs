@@ -14,8 +14,11 @@
 //!   software's known-wrong GPU code away (Triton's buffer ops on RDNA1);
 //! - [`fault`]: what the shim says when the GPU faults (the facts and the words);
 //! - [`code_objects`]: which GPU targets a HIP library carries code for (ELF sections,
-//!   offload bundles, target IDs), read from bytes a caller supplies.
+//!   offload bundles, target IDs), read from bytes a caller supplies;
+//! - [`buffer_descriptors`]: buffer resource descriptors RDNA1 misreads (Triton's), found in
+//!   a code object's machine code and fixed in a private copy.
 
+pub mod buffer_descriptors;
 pub mod classify;
 pub mod code_objects;
 pub mod config;

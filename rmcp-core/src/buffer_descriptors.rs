@@ -1,0 +1,838 @@
+//! Buffer resource descriptors that RDNA1 (gfx1010-gfx1013) cannot use, found in and fixed
+//! in an AMDGPU code object's machine code. This module owns the scan (which kernels build
+//! a buffer descriptor whose word 3 is a literal in the CDNA layout, and which MUBUF/MTBUF
+//! instructions read it), the fix (that literal in the RDNA layout, nothing else changed)
+//! and the length of an image known only by a pointer.
+//!
+//! Why: Triton's AMD backend (`BufferOpsEmitter.cpp`, `createResourceDescriptor`) sets
+//! word 3 to `0x00027000` for every target but RDNA2/RDNA3, so gfx101x kernels get
+//! RESOURCE_LEVEL (bit 24) 0 and OOB_SELECT (bits 28-29) 0: "structured" bounds checking
+//! with stride 0, under which every raw access is out of bounds. Loads return 0, stores are
+//! dropped, and the launch succeeds. The RDNA layout sets bit 24 and OOB_SELECT 3 (raw);
+//! LLVM's own `AMDGPUToROCDL` lowering does that for every gfx10+, and Triton for RDNA2/3
+//! (`0x31027000`).
+//!
+//! The API (what the shim and the doctor call):
+//!
+//! ```text
+//! pub struct Finding { kernel: Option<String>, literal_at: usize, buffer_at: Vec<usize>, word3: u32 }
+//! pub struct CodeObjectScan { target: String, gfx: Option<Gfx>, kernels: usize,
+//!                             findings: Vec<Finding>, undecodable: Option<usize>, at: usize, len: usize }
+//! pub struct ImageScan { objects: Vec<CodeObjectScan>, compressed_skipped: usize }
+//! pub enum ScanError { NotAnImage, Truncated, Malformed(&'static str) }
+//! pub fn scan_image(image: &[u8]) -> Result<ImageScan, ScanError>;
+//! pub fn image_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize>;
+//! pub const fn is_broken_word3(w: u32) -> bool;
+//! pub const fn fixed_word3(w: u32) -> u32;
+//! pub fn fix_image(image: &[u8], scan: &ImageScan) -> Option<Vec<u8>>;
+//! ImageScan::{findings(), literals(), buffer_instructions(), kernels_with_findings(), undecodable()}
+//! CodeObjectScan::runs_on_rdna1()
+//! ```
+//!
+//! How: [`gfx10`] decodes the executable code of each function symbol (or of each
+//! executable section when there are none) instruction by instruction; a forward data-flow
+//! over its basic blocks follows `s_mov_b32 sN, <literal>` (and SGPR-to-SGPR moves) to the
+//! MUBUF/MTBUF instructions whose resource quad's word 3 is that register. A register any
+//! other instruction may write is forgotten; where two paths disagree it is forgotten; a
+//! call forgets everything. So a finding is a literal that certainly reaches a buffer
+//! instruction's word 3 unchanged. An object with code the decoder cannot size reports no
+//! findings at all ([`CodeObjectScan::undecodable`]), rather than a guess.
+//!
+//! Pure: no FFI, no logging, no global state; every index is checked (never a panic, never
+//! a read past the slice). The fuzz target `fuzz/fuzz_targets/buffer_descriptors.rs` checks
+//! that, and that [`fix_image`] changes only the literals.
+
+pub mod gfx10;
+
+use std::collections::BTreeMap;
+
+use crate::code_objects::{
+    self as co, BUNDLE_MAGIC, COMPRESSED_MAGIC, EntryKind, Partial, SectionHeader,
+};
+use crate::gfx::Gfx;
+use gfx10::{Effect, SGPRS, Undecodable};
+
+/// One buffer resource descriptor literal found broken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The function symbol containing it, if the symbol table names one (for a kernel
+    /// `foo`, `foo`; its descriptor is `foo.kd`).
+    pub kernel: Option<String>,
+    /// Byte offset in the whole image of the 4-byte literal (the `s_mov_b32` literal dword).
+    pub literal_at: usize,
+    /// Byte offsets in the whole image of the MUBUF/MTBUF instructions it feeds.
+    pub buffer_at: Vec<usize>,
+    /// The literal as found.
+    pub word3: u32,
+}
+
+/// One code object: a bare ELF, or one entry of an offload bundle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeObjectScan {
+    /// `amdgcn-amd-amdhsa--gfx1010` (with `:xnack-` / `:sramecc+` when the object names
+    /// them): the bundle entry's target, or for a bare ELF the one its header names.
+    pub target: String,
+    /// The processor from the ELF header; None for a generic target (`gfx10-1-generic`)
+    /// or one this module does not know.
+    pub gfx: Option<Gfx>,
+    /// Kernels (`.kd` symbols) in it.
+    pub kernels: usize,
+    /// Broken literals; empty unless the object runs on gfx1010-1013.
+    pub findings: Vec<Finding>,
+    /// Where (image offset) the decoder met code it cannot size; then `findings` is empty.
+    pub undecodable: Option<usize>,
+    /// Where the object starts in the image, and its length.
+    pub at: usize,
+    pub len: usize,
+}
+
+/// What [`scan_image`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageScan {
+    pub objects: Vec<CodeObjectScan>,
+    /// Compressed offload bundles (not scanned).
+    pub compressed_skipped: usize,
+}
+
+/// Why an image was not scanned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanError {
+    /// Neither an AMDGPU ELF nor an offload bundle.
+    NotAnImage,
+    /// Its own headers point past its end.
+    Truncated,
+    /// Its headers are inconsistent.
+    Malformed(&'static str),
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanError::NotAnImage => f.write_str("not an AMDGPU code object or offload bundle"),
+            ScanError::Truncated => f.write_str("truncated"),
+            ScanError::Malformed(s) => write!(f, "malformed: {s}"),
+        }
+    }
+}
+
+/// RESOURCE_LEVEL, word 3 bit 24: "reserved, must be 1" on RDNA.
+pub const RESOURCE_LEVEL: u32 = 1 << 24;
+/// OOB_SELECT, word 3 bits 28-29 (3: raw, bounds-check the offset against NUM_RECORDS).
+pub const OOB_SELECT_MASK: u32 = 3 << 28;
+
+/// Whether a word 3 literal has the CDNA layout that RDNA1 misreads: RESOURCE_LEVEL 0,
+/// OOB_SELECT 0, TYPE (bits 30-31) 0 (a buffer).
+pub const fn is_broken_word3(w: u32) -> bool {
+    w & (RESOURCE_LEVEL | OOB_SELECT_MASK | (3 << 30)) == 0
+}
+
+/// The RDNA layout for a broken word 3: bit 24 (RESOURCE_LEVEL) and OOB_SELECT 3 set, the
+/// rest (destination selects, format) kept: `0x00027000` becomes `0x31027000`.
+pub const fn fixed_word3(w: u32) -> u32 {
+    w | RESOURCE_LEVEL | OOB_SELECT_MASK
+}
+
+impl CodeObjectScan {
+    /// Whether the object's code runs on an RDNA1 GPU (gfx1010-1013, or gfx10-1-generic).
+    pub fn runs_on_rdna1(&self) -> bool {
+        rdna1_target(&self.target)
+    }
+}
+
+impl ImageScan {
+    /// Every finding, with the object it is in.
+    pub fn findings(&self) -> impl Iterator<Item = (&CodeObjectScan, &Finding)> {
+        self.objects
+            .iter()
+            .flat_map(|o| o.findings.iter().map(move |f| (o, f)))
+    }
+    /// Broken literals found.
+    pub fn literals(&self) -> usize {
+        self.findings().count()
+    }
+    /// Buffer instructions they feed.
+    pub fn buffer_instructions(&self) -> usize {
+        self.findings().map(|(_, f)| f.buffer_at.len()).sum()
+    }
+    /// Distinct kernels (function symbols) with a finding; a finding outside any named
+    /// function counts once per object.
+    pub fn kernels_with_findings(&self) -> usize {
+        self.objects
+            .iter()
+            .map(|o| {
+                let mut names: Vec<Option<&str>> =
+                    o.findings.iter().map(|f| f.kernel.as_deref()).collect();
+                names.sort();
+                names.dedup();
+                names.len()
+            })
+            .sum()
+    }
+    /// Objects the decoder stopped in.
+    pub fn undecodable(&self) -> usize {
+        self.objects
+            .iter()
+            .filter(|o| o.undecodable.is_some())
+            .count()
+    }
+}
+
+fn rdna1_target(target: &str) -> bool {
+    let id = target.rsplit("--").next().unwrap_or("");
+    let processor = id.split(':').next().unwrap_or("");
+    matches!(
+        processor,
+        "gfx1010" | "gfx1011" | "gfx1012" | "gfx1013" | "gfx10-1-generic"
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Images
+// ---------------------------------------------------------------------------------------
+
+const EM_AMDGPU: u16 = 224;
+const SHT_SYMTAB: u32 = 2;
+const SHT_NOBITS: u32 = 8;
+const SHF_EXECINSTR: u64 = 4;
+const STT_FUNC: u8 = 2;
+/// Symbols read at most per object.
+const MAX_SYMBOLS: usize = 1 << 20;
+
+/// Scans an image as `hipModuleLoadData` receives it: a bare AMDGPU ELF or an
+/// (uncompressed) clang offload bundle; compressed bundles are counted, not scanned.
+pub fn scan_image(image: &[u8]) -> Result<ImageScan, ScanError> {
+    if image.starts_with(b"\x7fELF") {
+        let obj = scan_elf(image, 0, image.len(), None)?;
+        return Ok(ImageScan {
+            objects: vec![obj],
+            compressed_skipped: 0,
+        });
+    }
+    if image.starts_with(COMPRESSED_MAGIC) {
+        return Ok(ImageScan {
+            objects: Vec::new(),
+            compressed_skipped: 1,
+        });
+    }
+    if !image.starts_with(BUNDLE_MAGIC) {
+        return Err(ScanError::NotAnImage);
+    }
+    let entries = match co::parse_bundle_header(image) {
+        Ok(Partial::Complete(e)) => e,
+        Ok(Partial::NeedBytes(_)) => return Err(ScanError::Truncated),
+        Err(_) => return Err(ScanError::Malformed("offload bundle entry table")),
+    };
+    let mut scan = ImageScan::default();
+    for e in entries {
+        let EntryKind::Device(_) = co::entry_kind(&e.id) else {
+            continue;
+        };
+        let (Ok(at), Ok(len)) = (usize::try_from(e.offset), usize::try_from(e.size)) else {
+            return Err(ScanError::Truncated);
+        };
+        if at.checked_add(len).is_none_or(|end| end > image.len()) {
+            return Err(ScanError::Truncated);
+        }
+        let target = e.id.split_once('-').map(|(_, t)| t).unwrap_or(&e.id);
+        scan.objects
+            .push(scan_elf(&image[at..at + len], at, len, Some(target))?);
+    }
+    Ok(scan)
+}
+
+/// The processor an `EF_AMDGPU_MACH` value names (LLVM `llvm/include/llvm/BinaryFormat/ELF.h`).
+fn mach_name(mach: u32) -> Option<&'static str> {
+    Some(match mach {
+        0x020 => "gfx600",
+        0x021 => "gfx601",
+        0x022 => "gfx700",
+        0x023 => "gfx701",
+        0x024 => "gfx702",
+        0x025 => "gfx703",
+        0x026 => "gfx704",
+        0x028 => "gfx801",
+        0x029 => "gfx802",
+        0x02a => "gfx803",
+        0x02b => "gfx810",
+        0x02c => "gfx900",
+        0x02d => "gfx902",
+        0x02e => "gfx904",
+        0x02f => "gfx906",
+        0x030 => "gfx908",
+        0x031 => "gfx909",
+        0x032 => "gfx90c",
+        0x033 => "gfx1010",
+        0x034 => "gfx1011",
+        0x035 => "gfx1012",
+        0x036 => "gfx1030",
+        0x037 => "gfx1031",
+        0x038 => "gfx1032",
+        0x039 => "gfx1033",
+        0x03a => "gfx602",
+        0x03b => "gfx705",
+        0x03c => "gfx805",
+        0x03d => "gfx1035",
+        0x03e => "gfx1034",
+        0x03f => "gfx90a",
+        0x040 => "gfx940",
+        0x041 => "gfx1100",
+        0x042 => "gfx1013",
+        0x043 => "gfx1150",
+        0x044 => "gfx1103",
+        0x045 => "gfx1036",
+        0x046 => "gfx1101",
+        0x047 => "gfx1102",
+        0x048 => "gfx1200",
+        0x04a => "gfx1151",
+        0x04b => "gfx941",
+        0x04c => "gfx942",
+        0x04e => "gfx1201",
+        0x04f => "gfx950",
+        0x051 => "gfx9-generic",
+        0x052 => "gfx10-1-generic",
+        0x053 => "gfx10-3-generic",
+        0x054 => "gfx11-generic",
+        0x055 => "gfx1152",
+        0x058 => "gfx1153",
+        0x059 => "gfx12-generic",
+        0x05f => "gfx9-4-generic",
+        _ => return None,
+    })
+}
+
+/// The target from an AMDGPU ELF header's `e_flags` (code object v4+ feature bits).
+fn header_target(flags: u32) -> String {
+    let mut t = String::from("amdgcn-amd-amdhsa--");
+    match mach_name(flags & 0xff) {
+        Some(name) => t.push_str(name),
+        None => t.push_str(&format!("unknown-mach-{:#x}", flags & 0xff)),
+    }
+    match flags & 0xc00 {
+        0x800 => t.push_str(":sramecc-"),
+        0xc00 => t.push_str(":sramecc+"),
+        _ => {}
+    }
+    match flags & 0x300 {
+        0x200 => t.push_str(":xnack-"),
+        0x300 => t.push_str(":xnack+"),
+        _ => {}
+    }
+    t
+}
+
+fn truncated_or(e: co::Error, what: &'static str) -> ScanError {
+    match e {
+        co::Error::Corrupt(s) if s.contains("truncated") => ScanError::Truncated,
+        _ => ScanError::Malformed(what),
+    }
+}
+
+/// One AMDGPU ELF, `elf` being the image's bytes `at .. at + len`.
+fn scan_elf(
+    elf: &[u8],
+    at: usize,
+    len: usize,
+    bundle_target: Option<&str>,
+) -> Result<CodeObjectScan, ScanError> {
+    if elf.len() < 64 {
+        return Err(if elf.starts_with(b"\x7fELF") {
+            ScanError::Truncated
+        } else {
+            ScanError::NotAnImage
+        });
+    }
+    if &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
+        return Err(ScanError::NotAnImage);
+    }
+    let machine = u16::from_le_bytes([elf[0x12], elf[0x13]]);
+    if machine != EM_AMDGPU {
+        return Err(ScanError::NotAnImage);
+    }
+    let flags = u32::from_le_bytes([elf[0x30], elf[0x31], elf[0x32], elf[0x33]]);
+    let header = header_target(flags);
+    let target = bundle_target.map(str::to_string).unwrap_or(header.clone());
+    let gfx = mach_name(flags & 0xff).and_then(|n| {
+        if n.ends_with("-generic") {
+            None
+        } else {
+            Gfx::parse(n)
+        }
+    });
+    let headers = co::section_headers(elf)
+        .map_err(|e| truncated_or(e, "ELF section headers"))?
+        .unwrap_or_default();
+    for h in &headers {
+        if h.kind != SHT_NOBITS
+            && h.size > 0
+            && h.offset
+                .checked_add(h.size)
+                .is_none_or(|e| e > elf.len() as u64)
+        {
+            return Err(ScanError::Truncated);
+        }
+    }
+    let symbols = symbols(elf, &headers);
+    let kernels = symbols.iter().filter(|s| s.name.ends_with(".kd")).count();
+    let mut obj = CodeObjectScan {
+        target,
+        gfx,
+        kernels,
+        findings: Vec::new(),
+        undecodable: None,
+        at,
+        len,
+    };
+    // Both the bundle's and the header's word must say RDNA1 (a bundle ID that names
+    // another target than the object inside is not trusted).
+    if !(rdna1_target(&obj.target) && rdna1_target(&header)) {
+        return Ok(obj);
+    }
+    // The code to walk: each function symbol in an executable section, else each
+    // executable section whole. Ranges are file offsets within `elf`.
+    let mut ranges: Vec<(usize, usize, Option<String>)> = Vec::new();
+    for s in &symbols {
+        if s.kind != STT_FUNC || s.size == 0 {
+            continue;
+        }
+        let Some(h) = headers.get(s.shndx as usize) else {
+            continue;
+        };
+        if h.flags & SHF_EXECINSTR == 0 || h.kind == SHT_NOBITS {
+            continue;
+        }
+        let Some(rel) = s.value.checked_sub(h.addr) else {
+            continue;
+        };
+        if rel.checked_add(s.size).is_none_or(|e| e > h.size) {
+            continue;
+        }
+        let start = (h.offset + rel) as usize;
+        ranges.push((start, start + s.size as usize, Some(s.name.clone())));
+    }
+    if ranges.is_empty() {
+        for h in &headers {
+            if h.flags & SHF_EXECINSTR != 0 && h.kind != SHT_NOBITS && h.size > 0 {
+                ranges.push((h.offset as usize, (h.offset + h.size) as usize, None));
+            }
+        }
+    }
+    ranges.sort();
+    ranges.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    let mut findings: BTreeMap<usize, Finding> = BTreeMap::new();
+    for (start, end, name) in &ranges {
+        let code = &elf[*start..*end];
+        match scan_code(code) {
+            Ok(found) => {
+                for (lit, buf, word3) in found {
+                    let f = findings.entry(at + start + lit).or_insert_with(|| Finding {
+                        kernel: name.clone(),
+                        literal_at: at + start + lit,
+                        buffer_at: Vec::new(),
+                        word3,
+                    });
+                    f.buffer_at.push(at + start + buf);
+                }
+            }
+            Err(off) => {
+                obj.undecodable = Some(at + start + off);
+                return Ok(obj);
+            }
+        }
+    }
+    obj.findings = findings
+        .into_values()
+        .map(|mut f| {
+            f.buffer_at.sort_unstable();
+            f.buffer_at.dedup();
+            f
+        })
+        .collect();
+    Ok(obj)
+}
+
+struct Symbol {
+    name: String,
+    kind: u8,
+    shndx: u16,
+    value: u64,
+    size: u64,
+}
+
+/// The symbols of every SYMTAB section (names from its linked string table).
+fn symbols(elf: &[u8], headers: &[SectionHeader]) -> Vec<Symbol> {
+    let mut out = Vec::new();
+    for h in headers.iter().filter(|h| h.kind == SHT_SYMTAB) {
+        let Some(table) = slice(elf, h.offset, h.size) else {
+            continue;
+        };
+        let strtab = headers
+            .get(h.link as usize)
+            .and_then(|s| slice(elf, s.offset, s.size))
+            .unwrap_or(&[]);
+        for sym in table.chunks_exact(24).take(MAX_SYMBOLS) {
+            let name_off = u32::from_le_bytes([sym[0], sym[1], sym[2], sym[3]]) as usize;
+            let name = strtab
+                .get(name_off..)
+                .map(|rest| {
+                    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+                    String::from_utf8_lossy(&rest[..end]).into_owned()
+                })
+                .unwrap_or_default();
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&sym[8..16]);
+            let value = u64::from_le_bytes(v);
+            v.copy_from_slice(&sym[16..24]);
+            let size = u64::from_le_bytes(v);
+            out.push(Symbol {
+                name,
+                kind: sym[4] & 0xf,
+                shndx: u16::from_le_bytes([sym[6], sym[7]]),
+                value,
+                size,
+            });
+        }
+    }
+    out
+}
+
+fn slice(b: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
+    let start = usize::try_from(offset).ok()?;
+    let end = start.checked_add(usize::try_from(size).ok()?)?;
+    b.get(start..end)
+}
+
+// ---------------------------------------------------------------------------------------
+// The data-flow
+// ---------------------------------------------------------------------------------------
+
+/// A tracked SGPR: unknown, or a literal's value and where (offset in the code) it is.
+type Reg = Option<(u32, usize)>;
+type State = [Reg; SGPRS];
+
+/// Broken literals in one function's code and the buffer instructions they reach:
+/// `(literal offset, buffer instruction offset, value)`, offsets relative to `code`; Err
+/// with the offset of an instruction the decoder cannot size.
+fn scan_code(code: &[u8]) -> Result<Vec<(usize, usize, u32)>, usize> {
+    // Decode linearly.
+    let mut insns: Vec<(usize, gfx10::Insn)> = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        match gfx10::decode(code, at) {
+            Ok(i) => {
+                insns.push((at, i));
+                at += i.len;
+            }
+            Err(Undecodable::Encoding | Undecodable::Truncated) => return Err(at),
+        }
+    }
+    if insns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let index_of = |off: usize| insns.binary_search_by_key(&off, |(a, _)| *a).ok();
+    // Block leaders: the start, branch targets, what follows a branch, stop or call.
+    let mut leader = vec![false; insns.len()];
+    leader[0] = true;
+    for (i, (at, insn)) in insns.iter().enumerate() {
+        match insn.effect {
+            Effect::Branch { target, .. } => {
+                let t = *at as i64 + target;
+                if t >= 0 && (t as usize) < code.len() {
+                    match index_of(t as usize) {
+                        Some(j) => leader[j] = true,
+                        // Into the middle of an instruction: the decode is not what the
+                        // hardware runs.
+                        None => return Err(*at),
+                    }
+                }
+                if i + 1 < insns.len() {
+                    leader[i + 1] = true;
+                }
+            }
+            Effect::Stop | Effect::Call => {
+                if i + 1 < insns.len() {
+                    leader[i + 1] = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let starts: Vec<usize> = (0..insns.len()).filter(|&i| leader[i]).collect();
+    let block_of = |i: usize| starts.binary_search(&i).ok();
+    let blocks = starts.len();
+    let end_of = |b: usize| starts.get(b + 1).copied().unwrap_or(insns.len());
+
+    let mut input: Vec<Option<Box<State>>> = vec![None; blocks];
+    let mut work: Vec<usize> = Vec::new();
+    // Entries: the start, and (all registers unknown) every block after a stop or a
+    // call's return (a call's effect is applied as its own transfer).
+    for b in 0..blocks {
+        let first = starts[b];
+        let after_stop = first > 0 && matches!(insns[first - 1].1.effect, Effect::Stop);
+        if b == 0 || after_stop {
+            input[b] = Some(Box::new([None; SGPRS]));
+            work.push(b);
+        }
+    }
+    // Each block's input only ever loses known registers: at most SGPRS + 1 changes each.
+    let mut budget = blocks.saturating_mul(SGPRS + 2).saturating_add(16);
+    while let Some(b) = work.pop() {
+        if budget == 0 {
+            return Err(0);
+        }
+        budget -= 1;
+        let Some(mut state) = input[b].clone() else {
+            continue;
+        };
+        for (at, insn) in &insns[starts[b]..end_of(b)] {
+            transfer(&mut state, *at, insn.effect);
+        }
+        let (last_at, last) = insns[end_of(b) - 1];
+        let mut succ: [Option<usize>; 2] = [None, None];
+        match last.effect {
+            Effect::Branch {
+                target,
+                conditional,
+            } => {
+                let t = last_at as i64 + target;
+                if t >= 0 && (t as usize) < code.len() {
+                    succ[0] = index_of(t as usize).and_then(block_of);
+                }
+                if conditional && b + 1 < blocks {
+                    succ[1] = Some(b + 1);
+                }
+            }
+            Effect::Stop => {}
+            _ => {
+                if b + 1 < blocks {
+                    succ[1] = Some(b + 1);
+                }
+            }
+        }
+        for s in succ.into_iter().flatten() {
+            let changed = match &mut input[s] {
+                None => {
+                    input[s] = Some(state.clone());
+                    true
+                }
+                Some(cur) => meet(cur, &state),
+            };
+            if changed && !work.contains(&s) {
+                work.push(s);
+            }
+        }
+    }
+    // At the fixed point: the buffer instructions whose word 3 is a known broken literal.
+    let mut found = Vec::new();
+    for b in 0..blocks {
+        let Some(mut state) = input[b].clone() else {
+            continue;
+        };
+        for (at, insn) in &insns[starts[b]..end_of(b)] {
+            if let Effect::Buffer { srsrc } = insn.effect {
+                if let Some(Some((value, lit))) = state.get(srsrc as usize + 3) {
+                    if is_broken_word3(*value) {
+                        found.push((*lit, *at, *value));
+                    }
+                }
+            }
+            transfer(&mut state, *at, insn.effect);
+        }
+    }
+    Ok(found)
+}
+
+fn transfer(state: &mut State, at: usize, effect: Effect) {
+    match effect {
+        Effect::MovLiteral { dst, literal } => {
+            if let Some(r) = state.get_mut(dst as usize) {
+                *r = Some((literal, at + 4));
+            }
+        }
+        Effect::Copy { dst, src, count } => {
+            let mut tmp: [Reg; 2] = [None; 2];
+            for i in 0..(count as usize).min(2) {
+                tmp[i] = state.get(src as usize + i).copied().flatten();
+            }
+            for (i, v) in tmp.iter().enumerate().take(count as usize) {
+                if let Some(r) = state.get_mut(dst as usize + i) {
+                    *r = *v;
+                }
+            }
+        }
+        Effect::Writes { first, count } => {
+            let lo = (first as usize).min(SGPRS);
+            let hi = (first as usize + count as usize).min(SGPRS);
+            for r in &mut state[lo..hi] {
+                *r = None;
+            }
+        }
+        Effect::WritesAll | Effect::Call => *state = [None; SGPRS],
+        Effect::None | Effect::Buffer { .. } | Effect::Branch { .. } | Effect::Stop => {}
+    }
+}
+
+/// `cur` := `cur` meet `new` (a register stays known only where both agree); whether
+/// `cur` changed.
+fn meet(cur: &mut State, new: &State) -> bool {
+    let mut changed = false;
+    for (c, n) in cur.iter_mut().zip(new.iter()) {
+        if c.is_some() && c != n {
+            *c = None;
+            changed = true;
+        }
+    }
+    changed
+}
+
+// ---------------------------------------------------------------------------------------
+// The fix
+// ---------------------------------------------------------------------------------------
+
+/// A private copy of `image` with every finding's literal replaced by [`fixed_word3`]
+/// (same size; nothing else changed). None when there is nothing to fix, or when `scan`
+/// does not describe `image` (a literal is not where and what it says).
+pub fn fix_image(image: &[u8], scan: &ImageScan) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
+    for (_, f) in scan.findings() {
+        let end = f.literal_at.checked_add(4)?;
+        let found = image.get(f.literal_at..end)?;
+        if found != f.word3.to_le_bytes() || !is_broken_word3(f.word3) {
+            return None;
+        }
+        let copy = out.get_or_insert_with(|| image.to_vec());
+        copy[f.literal_at..end].copy_from_slice(&fixed_word3(f.word3).to_le_bytes());
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// The length of an image known by a pointer
+// ---------------------------------------------------------------------------------------
+
+/// Largest header table read.
+const MAX_TABLE_BYTES: usize = 16 << 20;
+
+/// The bytes an image occupies, from its own headers (ELF: the largest of the ELF header,
+/// the section and program header tables and the sections and segments they describe;
+/// plain bundle: its entry table and entries; compressed bundle v2/v3: its total size),
+/// given only a reader of its bytes: `read(offset, buf)` fills `buf` from `offset` or
+/// returns false. It reads the headers only, in small pieces, front to back. None when
+/// the headers are not an image's or a read fails.
+pub fn image_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
+    let mut magic = [0u8; 4];
+    if !read(0, &mut magic) {
+        return None;
+    }
+    if &magic == b"\x7fELF" {
+        elf_len(read)
+    } else if &magic == COMPRESSED_MAGIC {
+        let mut want = 32;
+        loop {
+            let mut buf = vec![0u8; want];
+            if !read(0, &mut buf) {
+                return None;
+            }
+            match co::parse_compressed_header(&buf).ok()? {
+                Partial::Complete(h) => return usize::try_from(h.total_size?).ok(),
+                Partial::NeedBytes(n) if n > want && n <= 4096 => want = n,
+                Partial::NeedBytes(_) => return None,
+            }
+        }
+    } else if magic == BUNDLE_MAGIC[..4] {
+        let mut want = BUNDLE_MAGIC.len() + 8;
+        loop {
+            let mut buf = vec![0u8; want];
+            if !read(0, &mut buf) {
+                return None;
+            }
+            match co::parse_bundle_header(&buf).ok()? {
+                Partial::Complete(entries) => {
+                    let mut len = want;
+                    for e in entries {
+                        let end = usize::try_from(e.offset.checked_add(e.size)?).ok()?;
+                        len = len.max(end);
+                    }
+                    return Some(len);
+                }
+                // Exactly what the parser asks for: a read past the image would fail.
+                Partial::NeedBytes(n) if n > want && n <= MAX_TABLE_BYTES => want = n,
+                Partial::NeedBytes(_) => return None,
+            }
+        }
+    } else {
+        None
+    }
+}
+
+fn elf_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
+    let mut eh = [0u8; 64];
+    if !read(0, &mut eh) || eh[4] != 2 || eh[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let u64_at = |b: &[u8], o: usize| {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(v)
+    };
+    let phoff = u64_at(&eh, 0x20);
+    let shoff = u64_at(&eh, 0x28);
+    let phentsize = u16_at(&eh, 0x36) as u64;
+    let mut phnum = u16_at(&eh, 0x38) as u64;
+    let shentsize = u16_at(&eh, 0x3a) as u64;
+    let mut shnum = u16_at(&eh, 0x3c) as u64;
+    let mut len: u64 = 64;
+    if shoff != 0 {
+        if shentsize != 64 {
+            return None;
+        }
+        if shnum == 0 || phnum == 0xffff {
+            let mut sh0 = [0u8; 64];
+            if !read(usize::try_from(shoff).ok()?, &mut sh0) {
+                return None;
+            }
+            if shnum == 0 {
+                shnum = u64_at(&sh0, 32);
+            }
+            if phnum == 0xffff {
+                phnum = u64::from(u32::from_le_bytes([sh0[44], sh0[45], sh0[46], sh0[47]]));
+            }
+        }
+        let bytes = shnum.checked_mul(64)?;
+        if bytes > MAX_TABLE_BYTES as u64 {
+            return None;
+        }
+        let mut table = vec![0u8; bytes as usize];
+        if !read(usize::try_from(shoff).ok()?, &mut table) {
+            return None;
+        }
+        len = len.max(shoff.checked_add(bytes)?);
+        for h in table.chunks_exact(64) {
+            let kind = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+            if kind != SHT_NOBITS && kind != 0 {
+                len = len.max(u64_at(h, 24).checked_add(u64_at(h, 32))?);
+            }
+        }
+    }
+    if phoff != 0 && phnum != 0 {
+        if phentsize != 56 {
+            return None;
+        }
+        let bytes = phnum.checked_mul(56)?;
+        if bytes > MAX_TABLE_BYTES as u64 {
+            return None;
+        }
+        let mut table = vec![0u8; bytes as usize];
+        if !read(usize::try_from(phoff).ok()?, &mut table) {
+            return None;
+        }
+        len = len.max(phoff.checked_add(bytes)?);
+        for p in table.chunks_exact(56) {
+            len = len.max(u64_at(p, 8).checked_add(u64_at(p, 32))?);
+        }
+    }
+    usize::try_from(len).ok()
+}
+
+#[cfg(test)]
+mod tests;
