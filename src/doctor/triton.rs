@@ -574,4 +574,23 @@ mod tests {
         assert_eq!((s.scanned, s.broken.len()), (1, 0), "{s:?}");
         assert_eq!(s.skipped, 1);
     }
+
+    #[test]
+    fn the_scan_stops_at_its_file_limit_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..=MAX_FILES {
+            std::fs::write(dir.path().join(format!("{i:05}.hsaco")), b"x").unwrap();
+        }
+        let s = scan_cache(dir.path());
+        assert_eq!(s.scanned, MAX_FILES);
+        assert!(
+            s.stopped
+                .as_deref()
+                .is_some_and(|w| w.contains("code objects")),
+            "{s:?}"
+        );
+        let f = cache_finding("Triton's cache", dir.path());
+        assert!(f.message.contains("stopped early"), "{}", f.message);
+        assert_eq!(f.status, Status::Info);
+    }
 }
