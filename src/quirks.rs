@@ -35,6 +35,7 @@ pub fn user_name(get: &dyn Fn(&str) -> Option<OsString>) -> String {
     }
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
+    // SAFETY: passwd is plain data (integers and pointers); all zeroes is a valid value.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 4096];
     let mut result: *mut libc::passwd = std::ptr::null_mut();

@@ -297,7 +297,8 @@ fn the_doctor_says_whether_each_triton_compiles_buffer_ops() {
         "class amd_knobs(base_knobs):\n    use_buffer_ops: env_bool = env_bool(\"AMDGCN_USE_BUFFER_OPS\")\n",
     );
     // (venv, fixture, AMDGCN_USE_BUFFER_OPS, status, buffer_ops, distribution)
-    let table: &[(&Path, &str, Option<&str>, &str, bool, &str)] = &[
+    type Row<'a> = (&'a Path, &'a str, Option<&'a str>, &'a str, bool, &'a str);
+    let table: &[Row] = &[
         (&on, "rdna1", None, "warn", true, "pytorch-triton-rocm"),
         (&on, "rdna1", Some("0"), "ok", false, "pytorch-triton-rocm"),
         (&on, "rdna2", None, "ok", true, "pytorch-triton-rocm"),
