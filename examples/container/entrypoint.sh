@@ -160,8 +160,12 @@ case ${RMCP_QUIRKS:-on} in
     [oO][fF][fF] | 0) ;;
     *)
         if [ -n "${AMDGCN_USE_BUFFER_OPS:-}" ]; then
+            case $AMDGCN_USE_BUFFER_OPS in
+                0 | [fF][aA][lL][sS][eE] | [oO][fF][fF]) what="Triton compiles global loads and stores" ;;
+                *) what="on an RX 5000 (RDNA1) Triton's buffer loads and stores read 0 and drop writes: unset it to let rmcp set it to 0" ;;
+            esac
             [ "${RMCP_LOG:-}" = off ] || ! has_rdna1 ||
-                say "AMDGCN_USE_BUFFER_OPS=$AMDGCN_USE_BUFFER_OPS kept; on an RX 5000 (RDNA1) Triton's buffer loads and stores read 0 and drop writes: unset it to let rmcp set it to 0"
+                say "AMDGCN_USE_BUFFER_OPS=$AMDGCN_USE_BUFFER_OPS kept: $what"
         elif has_rdna1; then
             AMDGCN_USE_BUFFER_OPS=0
             export AMDGCN_USE_BUFFER_OPS

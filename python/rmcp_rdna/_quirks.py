@@ -68,7 +68,7 @@ def decide(environ=None, root=None):
     which = ", ".join(gpus)
     current = environ.get(BUFFER_OPS, "")
     if current:
-        return {}, [f"{BUFFER_OPS}={current} kept; on {which} (RDNA1) Triton's buffer loads "
+        return {}, [f"{BUFFER_OPS}={current} kept: on {which} (RDNA1) Triton's buffer loads "
                     "and stores read 0 and drop writes: unset it to let rmcp set it to 0"
                     if current.strip().lower() not in ("0", "false", "off") else
                     f"{BUFFER_OPS}={current} kept: Triton compiles global loads and stores, "
