@@ -10,6 +10,8 @@
 //! - `field_check/`: `rmcp check`, which measures atomics on the GPU without and with the
 //!   shim, with the runtime the user's framework uses, and compares;
 //! - `report`: `rmcp report`, what a field report needs (doctor, check, versions), redacted;
+//! - `quirks`: what `rmcp run` reads for `rmcp_core::quirks` (Triton's buffer ops on an
+//!   RX 5000) and Inductor's default cache directory;
 //! - `preload`: LD_PRELOAD lists (putting the shim in, taking it out, recognising it);
 //! - `install`: finding the shim (option, variable, next to
 //!   rmcp, `../lib/`, the pip package);
@@ -34,6 +36,7 @@ mod field_check;
 mod install;
 mod kernel;
 mod preload;
+mod quirks;
 mod report;
 mod run;
 

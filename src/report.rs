@@ -466,7 +466,7 @@ pub fn main(args: ReportArgs) -> u8 {
         .as_array()
         .map(|fs| {
             fs.iter()
-                .filter(|f| matches!(f["check"].as_str(), Some("pytorch" | "hip-runtime")))
+                .filter(|f| matches!(f["check"].as_str(), Some("pytorch" | "triton" | "hip-runtime")))
                 .map(|f| json!({ "check": f["check"], "status": f["status"], "message": f["message"] }))
                 .collect()
         })

@@ -1,6 +1,7 @@
 //! `rmcp run`: find the shim, put it first in LD_PRELOAD, set the RMCP_* variables the
-//! options ask for, and exec the command (no fork, no shell), so that its exit status and
-//! signals are its own. The command gets the process state the parent left: main.rs skips
+//! options ask for and the variables of the quirks (`crate::quirks`: Triton's buffer ops
+//! off on an RX 5000, with the line that says so), and exec the command (no fork, no
+//! shell), so that its exit status and signals are its own. The command gets the process state the parent left: main.rs skips
 //! the Rust runtime's start-up for `run` (SIGPIPE, closed descriptors), and the exec is
 //! execvpe(3), not std's (which resets SIGPIPE and the signal mask).
 
@@ -181,11 +182,41 @@ pub fn run(args: RunArgs) -> u8 {
     for (k, v) in option_env(&args) {
         set(k, v);
     }
+    let decision = {
+        let get = |name: &str| lookup(&env, name);
+        crate::quirks::decide(&get)
+    };
+    for (k, v) in &decision.set {
+        env.retain(|(name, _)| name != k);
+        env.push((k.into(), v.into()));
+    }
+    say_quirks(&env, &decision.notes);
     warn_cross_family_override(&env);
     let err = exec(&args.command, &env);
     let name = program.to_string_lossy();
     eprintln!("rmcp: {name}: {err}");
     exec_error_status(&err)
+}
+
+/// The value of `name` in the environment the command gets.
+fn lookup(env: &[(OsString, OsString)], name: &str) -> Option<OsString> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+/// The quirks' banner: one line per note on stderr, unless RMCP_LOG=off.
+fn say_quirks(env: &[(OsString, OsString)], notes: &[String]) {
+    use std::io::Write;
+    let cfg = rmcp_core::config::Config::from_lookup(|k| lookup(env, k), false);
+    if cfg.log == LogLevel::Off {
+        return;
+    }
+    for n in notes {
+        // A closed stderr is no reason not to run the command.
+        let _ = writeln!(io::stderr(), "rmcp: {n}");
+    }
 }
 
 /// Says, as the shim will on the command's first HIP call, when HSA_OVERRIDE_GFX_VERSION
@@ -194,12 +225,7 @@ pub fn run(args: RunArgs) -> u8 {
 /// or there is no readable topology; the environment is left as it is.
 fn warn_cross_family_override(env: &[(OsString, OsString)]) {
     use std::io::Write;
-    let get = |name: &str| -> Option<OsString> {
-        env.iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let get = |name: &str| lookup(env, name);
     let cfg = rmcp_core::config::Config::from_lookup(get, false);
     if cfg.log == LogLevel::Off || cfg.mode == Mode::Off {
         return;

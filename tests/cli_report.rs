@@ -23,7 +23,8 @@ fn rmcp() -> Command {
     c
 }
 
-/// HOME with a venv holding a stand-in torch (site-packages found through VIRTUAL_ENV).
+/// HOME with a venv holding a stand-in torch and a stand-in Triton 3.6.0 (site-packages
+/// found through VIRTUAL_ENV).
 fn home_with_venv(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let home = dir.join("home").join("somebody");
     let venv = home.join("venv");
@@ -33,6 +34,14 @@ fn home_with_venv(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     std::fs::write(
         torch.join("version.py"),
         "__version__ = '2.4.0+rocm6.1'\nhip = '6.1'\n",
+    )
+    .unwrap();
+    let sp = venv.join("lib/python3.11/site-packages");
+    std::fs::create_dir_all(sp.join("triton-3.6.0.dist-info")).unwrap();
+    std::fs::create_dir_all(sp.join("triton")).unwrap();
+    std::fs::write(
+        sp.join("triton/knobs.py"),
+        "    use_buffer_ops: env_bool = env_bool(\"AMDGCN_USE_BUFFER_OPS\", True)\n",
     )
     .unwrap();
     (home, venv)
@@ -101,6 +110,11 @@ fn the_report_has_every_section_and_redacts() {
     // The stand-in torch, found under HOME, appears under ~.
     assert!(
         md.contains("~/venv/lib/python3.11/site-packages/torch"),
+        "{md}"
+    );
+    // So does the Triton beside it, with its buffer-ops default.
+    assert!(
+        md.contains("] triton: triton 3.6.0 in ~/venv/lib/python3.11/site-packages: buffer"),
         "{md}"
     );
     assert!(!md.contains(&home.display().to_string()), "{md}");

@@ -10,8 +10,11 @@
 # of /usr/local/lib, /usr/lib, /opt/rmcp/lib and this script's directory holding
 # librmcp_shim.so is put in LD_PRELOAD, first but behind any sanitizer runtime (existing
 # entries kept, colon or space separated; never twice; another librmcp_shim.so replaced),
-# ASAN_OPTIONS gets verify_asan_link_order=0 when the shim is LD_PRELOAD's only entry, and
-# "$@" is exec'd.
+# ASAN_OPTIONS gets verify_asan_link_order=0 when the shim is LD_PRELOAD's only entry, the
+# quirks are applied as `rmcp run` applies them (rmcp_core::quirks: on a machine whose KFD
+# topology shows an RX 5000, gfx1010-gfx1013, AMDGCN_USE_BUFFER_OPS=0 unless it is set,
+# and then TORCHINDUCTOR_CACHE_DIR=<Inductor's default>_rmcp_nobufferops unless it names
+# another directory; RMCP_QUIRKS=off: neither), and "$@" is exec'd.
 #
 # Either way the command replaces this shell: its exit status and signals are its own.
 # Not found: 127; not executable: 126 (as env(1)). Shim not found: 127 with a message.
@@ -137,6 +140,49 @@ if [ -z "$front$rest" ]; then
             ;;
     esac
 fi
+
+# Quirks (rmcp_core::quirks; `rmcp run` says why on its banner line): Triton's buffer
+# loads and stores read 0 and drop writes on RDNA1, and Inductor's FX graph cache does not
+# key on the knob, so it gets a cache of its own beside its default one.
+has_rdna1() {
+    for props in "${RMCP_SYSFS_ROOT:-/sys/class/kfd/kfd/topology}"/nodes/*/properties; do
+        # Regular files only: never wait on a FIFO.
+        [ -f "$props" ] || continue
+        while read -r key value; do
+            case $key:$value in
+                gfx_target_version:10010[0-3]) return 0 ;;
+            esac
+        done <"$props"
+    done
+    return 1
+}
+case ${RMCP_QUIRKS:-on} in
+    [oO][fF][fF] | 0) ;;
+    *)
+        if [ -n "${AMDGCN_USE_BUFFER_OPS:-}" ]; then
+            case $AMDGCN_USE_BUFFER_OPS in
+                0 | [fF][aA][lL][sS][eE] | [oO][fF][fF]) what="Triton compiles global loads and stores" ;;
+                *) what="on an RX 5000 (RDNA1) Triton's buffer loads and stores read 0 and drop writes: unset it to let rmcp set it to 0" ;;
+            esac
+            [ "${RMCP_LOG:-}" = off ] || ! has_rdna1 ||
+                say "AMDGCN_USE_BUFFER_OPS=$AMDGCN_USE_BUFFER_OPS kept: $what"
+        elif has_rdna1; then
+            AMDGCN_USE_BUFFER_OPS=0
+            export AMDGCN_USE_BUFFER_OPS
+            # Python's tempfile.gettempdir() and getpass.getuser(), as far as the
+            # environment says.
+            tmp=${TMPDIR:-${TEMP:-${TMP:-/tmp}}}
+            user=${LOGNAME:-${USER:-${LNAME:-${USERNAME:-$(id -un 2>/dev/null || id -u)}}}}
+            default=${tmp%/}/torchinductor_$user
+            if [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ] || [ "${TORCHINDUCTOR_CACHE_DIR%/}" = "$default" ]; then
+                TORCHINDUCTOR_CACHE_DIR=${default}_rmcp_nobufferops
+                export TORCHINDUCTOR_CACHE_DIR
+            fi
+            [ "${RMCP_LOG:-}" = off ] ||
+                say "RX 5000 (RDNA1): AMDGCN_USE_BUFFER_OPS=0 (Triton's buffer loads and stores read 0 and drop writes there), TORCHINDUCTOR_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR; RMCP_QUIRKS=off leaves both as they were"
+        fi
+        ;;
+esac
 
 # POSIX exec: command not found -> 127, found but not executable -> 126.
 exec "$@"

@@ -7,7 +7,8 @@ It works by being loaded before the HIP runtime. This package carries it, and th
 
 - :func:`shim_path`: the installed library, for ``LD_PRELOAD`` in kernel specs,
   Ray ``runtime_env``, Slurm and pod specs.
-- :func:`enable`: load the shim into this interpreter before any HIP library.
+- :func:`enable`: load the shim into this interpreter before any HIP library (and, on
+  an RX 5000, turn Triton's buffer loads and stores off: ``rmcp_rdna._quirks``).
 - :func:`stats`: the shim's counters for this process.
 
 ``python -m rmcp_rdna ARGS`` runs ``rmcp ARGS``.
@@ -25,6 +26,8 @@ SHIM_NAME = "librmcp_shim.so"
 
 # The handle enable() loaded, kept so the library is never unloaded.
 _handle = None
+# Whether enable() has applied the quirks (once per process).
+_quirks_applied = False
 
 
 def shim_path():
@@ -85,13 +88,26 @@ def enable():
     start the process with the shim preloaded: ``rmcp run -- python ...``,
     ``LD_PRELOAD``, or a kernel spec from ``rmcp kernel install``.
 
+    On a machine with an RX 5000 (gfx1010-gfx1013) it also sets, as ``rmcp run``
+    does, ``AMDGCN_USE_BUFFER_OPS=0`` in ``os.environ`` unless it is set (Triton's
+    buffer loads and stores read 0 and drop writes there) and then points
+    ``TORCHINDUCTOR_CACHE_DIR`` at a cache of its own unless it names a directory
+    other than Inductor's default, saying so on stderr; ``RMCP_QUIRKS=off`` leaves
+    both alone (``rmcp_rdna._quirks``). Triton and Inductor read them when they
+    compile, so this works in a process that already has the shim too.
+
     A second call, or a call in a process that already has the shim (from
-    ``LD_PRELOAD``), does nothing. Raises RuntimeError and loads nothing when a
+    ``LD_PRELOAD``), loads nothing. Raises RuntimeError and loads nothing when a
     libamdhip64 is already mapped: the libraries that loaded it have already
     bound their HIP calls to it.
     """
-    global _handle
+    global _handle, _quirks_applied
     path = shim_path()
+    if not _quirks_applied:
+        from . import _quirks
+
+        _quirks.apply()
+        _quirks_applied = True
     if _handle is not None or _mapped(SHIM_NAME):
         return path
     runtimes = _mapped("libamdhip64")

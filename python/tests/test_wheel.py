@@ -221,6 +221,36 @@ def test_enable_reaches_a_framework_loaded_rtld_local(tmp_path):
     assert out["hipHostMalloc"]["calls"] == 1 and out["hipHostMalloc"]["rewritten"] == 1, out
 
 
+def test_enable_turns_tritons_buffer_ops_off_on_an_rx_5000(tmp_path):
+    # The RDNA1 fixture beside the RDNA2 one (tests/fixtures/rdna1): the quirks of
+    # rmcp_rdna._quirks, as `rmcp run` applies them (tests/cli_quirks.rs has the table).
+    rdna1 = os.path.join(os.path.dirname(SYSFS), "rdna1")
+    code = textwrap.dedent(
+        """
+        import json, os, rmcp_rdna
+        rmcp_rdna.enable()
+        print(json.dumps({v: os.environ.get(v) for v in
+                          ("AMDGCN_USE_BUFFER_OPS", "TORCHINDUCTOR_CACHE_DIR")}))
+        """
+    )
+    env = base_env(tmp_path, RMCP_SYSFS_ROOT=rdna1, LOGNAME="rmcpquirks", TMPDIR="/tmp")
+    for k in ("AMDGCN_USE_BUFFER_OPS", "TORCHINDUCTOR_CACHE_DIR", "USER", "LNAME", "USERNAME"):
+        env.pop(k, None)
+    p = python(code, env)
+    assert last_json(p.stdout) == {
+        "AMDGCN_USE_BUFFER_OPS": "0",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_rmcpquirks_rmcp_nobufferops",
+    }, p.stdout
+    assert "AMDGCN_USE_BUFFER_OPS=0" in p.stderr, p.stderr
+    # Set by the user: kept. RMCP_QUIRKS=off, or the RDNA2 fixture: nothing set.
+    p = python(code, dict(env, AMDGCN_USE_BUFFER_OPS="1"))
+    assert last_json(p.stdout)["AMDGCN_USE_BUFFER_OPS"] == "1"
+    assert last_json(p.stdout)["TORCHINDUCTOR_CACHE_DIR"] is None
+    for extra in ({"RMCP_QUIRKS": "off"}, {"RMCP_SYSFS_ROOT": SYSFS}):
+        p = python(code, dict(env, **extra))
+        assert set(last_json(p.stdout).values()) == {None}, (extra, p.stdout)
+
+
 def test_enable_cannot_reach_dlsym_on_a_handle_but_ld_preload_does(tmp_path):
     # The documented limit: after enable(), a lookup with dlsym on the runtime's handle
     # binds to libc's dlsym, which gives the runtime's own function.

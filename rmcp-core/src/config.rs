@@ -125,6 +125,13 @@ choices! {
         Off = "off",
     }
 
+    /// Whether the programs rmcp starts get the variables that keep other software's
+    /// known-wrong GPU code away (`quirks`).
+    pub enum Quirks {
+        On = "on" | "1",
+        Off = "off" | "0",
+    }
+
     /// How much the shim logs.
     pub enum LogLevel {
         Off = "off" | "none",
@@ -273,6 +280,8 @@ config! {
     buffer_descriptors: BufferDescriptors = "RMCP_BUFFER_DESCRIPTORS",
         default BufferDescriptors::Fix, shown "fix",
         help "A gfx1010-gfx1013 code object loaded from memory (`hipModuleLoadData`, `hipModuleLoadDataEx`) on a gfx1010-gfx1013 GPU whose buffer instructions take descriptors those GPUs drop (Triton's buffer ops: loads read 0, stores write nothing): `fix` hands the runtime a private copy with those descriptor literals in the RDNA layout, `warn` loads the original and says what to do, `off` does nothing. `RMCP_MODE=off` also leaves images alone; `dry-run` warns.";
+    quirks: Quirks = "RMCP_QUIRKS", default Quirks::On, shown "on",
+        help "`on`: `rmcp run`, the container entrypoint and `rmcp_rdna.enable()` set `AMDGCN_USE_BUFFER_OPS=0` (and a separate `TORCHINDUCTOR_CACHE_DIR`) for programs on a machine with an RX 5000 (gfx1010-gfx1013), unless already set; `off`: they set neither.";
 }
 
 /// RDNA1 (gfx1010-gfx1013) and RDNA2 (gfx1030-gfx1036).
@@ -408,6 +417,7 @@ mod tests {
         assert!(!c.stats);
         assert!(c.hook_dlsym);
         assert_eq!(c.buffer_descriptors, BufferDescriptors::Fix);
+        assert_eq!(c.quirks, Quirks::On);
         assert_eq!(c.sysfs_root, PathBuf::from(DEFAULT_SYSFS_ROOT));
         assert!(c.warnings.is_empty());
         let names: Vec<String> = c.targets.iter().map(|g| g.to_string()).collect();
@@ -438,6 +448,9 @@ mod tests {
             ("RMCP_BUFFER_DESCRIPTORS", " OFF", |c| {
                 c.buffer_descriptors == BufferDescriptors::Off
             }),
+            ("RMCP_QUIRKS", "off", |c| c.quirks == Quirks::Off),
+            ("RMCP_QUIRKS", "0", |c| c.quirks == Quirks::Off),
+            ("RMCP_QUIRKS", "On", |c| c.quirks == Quirks::On),
             ("RMCP_EXEMPT", "", |c| c.exempt.is_empty()),
             ("RMCP_EXEMPT", "librccl, libfoo ,", |c| {
                 c.exempt == ["librccl", "libfoo"]
@@ -468,6 +481,7 @@ mod tests {
             ("RMCP_BUFFER_DESCRIPTORS", "patch"),
             ("RMCP_STATS", "yes"),
             ("RMCP_HOOK_DLSYM", "maybe"),
+            ("RMCP_QUIRKS", "sometimes"),
             ("RMCP_TARGETS", "rdna2"),
             ("RMCP_TARGETS", ","),
         ] {
@@ -617,6 +631,7 @@ mod tests {
         check::<LogLevel>();
         check::<Finegrained>();
         check::<BufferDescriptors>();
+        check::<Quirks>();
         assert!(LogLevel::Off < LogLevel::Error && LogLevel::Debug < LogLevel::Trace);
     }
 }

@@ -10,6 +10,8 @@
 //! - [`remedy`]: HSA_OVERRIDE_GFX_VERSION, which override makes which card run another
 //!   family's code, and the advice for a card, an override and a build;
 //! - [`config`]: the RMCP_* variables, from one declarative table;
+//! - [`quirks`]: the variables rmcp sets for the programs it starts to keep other
+//!   software's known-wrong GPU code away (Triton's buffer ops on RDNA1);
 //! - [`fault`]: what the shim says when the GPU faults (the facts and the words);
 //! - [`code_objects`]: which GPU targets a HIP library carries code for (ELF sections,
 //!   offload bundles, target IDs), read from bytes a caller supplies;
@@ -24,6 +26,7 @@ pub mod fault;
 pub mod gfx;
 pub mod module_load;
 pub mod policy;
+pub mod quirks;
 pub mod registry;
 pub mod remedy;
 pub mod topology;

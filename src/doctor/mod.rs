@@ -16,6 +16,8 @@
 //!   (`code-objects`; the formats are `rmcp_core::code_objects`);
 //! - `pytorch`: the PyTorch installs, their builds and targets, the verdict and remedy per
 //!   GPU (`pytorch`); `remedies`: the words of the remedies the checks attach;
+//! - `triton`: the Triton installs, whether they compile buffer loads and stores, and the
+//!   kernels in Triton's and Inductor's caches that drop writes on an RX 5000 (`triton`);
 //! - `environment`: HIP/ROCr/PyTorch variables that change allocations (`env`);
 //! - `driver`: amdgpu parameters and device files (`amdgpu-param`, `device-access`);
 //! - `files`: reading small system files;
@@ -45,6 +47,7 @@ mod render;
 mod report;
 mod runtimes;
 mod setup;
+mod triton;
 
 /// The options of `rmcp doctor`.
 #[derive(clap::Args, Debug)]
@@ -145,6 +148,8 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
         .collect();
     let code_rows = code_objects::findings(&scanned, &code_gpus, &mut findings);
     pytorch::findings(&site_packages, scan, &scanned, &code_gpus, &mut findings);
+    let rdna1 = nodes.iter().any(|g| rmcp_core::quirks::is_rdna1(g.gfx));
+    triton::findings(&site_packages, rdna1, &mut findings);
     environment::variables(nodes, &mut findings);
     driver::amdgpu_params(&roots.module, nodes, &mut findings);
     driver::device_access(&roots.dev, &rows, &mut findings);
