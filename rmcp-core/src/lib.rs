@@ -12,7 +12,9 @@
 //! - [`config`]: the RMCP_* variables, from one declarative table;
 //! - [`fault`]: what the shim says when the GPU faults (the facts and the words);
 //! - [`code_objects`]: which GPU targets a HIP library carries code for (ELF sections,
-//!   offload bundles, target IDs), read from bytes a caller supplies.
+//!   offload bundles, target IDs), read from bytes a caller supplies;
+//! - [`stats_file`]: the stats file (RMCP_STATS_FILE) read back by `rmcp report`: its size
+//!   cap, the types of the fault fields, the caps on what is printed of them.
 
 pub mod classify;
 pub mod code_objects;
@@ -22,4 +24,5 @@ pub mod gfx;
 pub mod policy;
 pub mod registry;
 pub mod remedy;
+pub mod stats_file;
 pub mod topology;

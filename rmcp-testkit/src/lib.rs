@@ -19,7 +19,7 @@ pub mod skip;
 pub mod stress_model;
 
 pub use artifacts::*;
-pub use bounded::output_within;
+pub use bounded::{Measured, measured_within, output_within};
 pub use doctor_text::check_doctor_layout;
 pub use host::*;
 pub use locate::*;
