@@ -1,7 +1,7 @@
 //! `stats_file::parse` (what `rmcp report --stats FILE` reads) on arbitrary bytes: never
 //! panic; what it gives is within its caps (faults, items per list, bytes per string, no
 //! control character left in a string), and when nothing was cut, the faults written back
-//! as JSON (as `rmcp report --json` prints them) read back the same.
+//! as JSON (as `rmcp report --json` prints them) read back the same (floats aside).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -32,6 +32,15 @@ fn within_caps(v: &Value) {
     }
 }
 
+fn has_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(a) => a.iter().any(has_float),
+        Value::Object(o) => o.values().any(has_float),
+        _ => false,
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(s) = stats_file::parse(data) else {
         return;
@@ -43,7 +52,9 @@ fuzz_target!(|data: &[u8]| {
     for f in &faults {
         within_caps(&Value::Object(f.clone()));
     }
-    if !s.cut.is_empty() {
+    // (Floats aside: serde_json's default float parsing may differ in the last bit from
+    // the shortest form it prints.)
+    if !s.cut.is_empty() || faults.iter().any(|f| f.values().any(has_float)) {
         return;
     }
     // Printed back (as `rmcp report --json` does) and read again: the same faults.

@@ -318,24 +318,25 @@ fn any(v: Value, at: &str, depth: usize, cut: &mut Vec<String>) -> Value {
 }
 
 /// `s` as printed: control characters written as `\u{..}` (a terminal takes none of them
-/// as a command, a Markdown line stays one line), cut at `max` bytes on a character
-/// boundary with a note, and the cut recorded.
+/// as a command, a Markdown line stays one line), at most `max` bytes of it (escapes
+/// counted as printed), cut on a character boundary with a note saying how much of the
+/// field was shown, and the cut recorded.
 pub fn text(s: &str, max: usize, at: &str, cut: &mut Vec<String>) -> String {
     let mut out = String::with_capacity(s.len().min(max) + 48);
-    let mut used = 0;
-    for c in s.chars() {
-        let len = c.len_utf8();
-        if used + len > max {
-            out.push_str(&format!("… [cut: {} bytes, {used} shown]", s.len()));
-            cut.push(format!("{at}: {} bytes, {used} shown", s.len()));
+    for (i, c) in s.char_indices() {
+        let escaped;
+        let shown: &str = if c.is_control() {
+            escaped = format!("\\u{{{:x}}}", c as u32);
+            &escaped
+        } else {
+            &s[i..i + c.len_utf8()]
+        };
+        if out.len() + shown.len() > max {
+            out.push_str(&format!("… [cut: {} bytes, {i} shown]", s.len()));
+            cut.push(format!("{at}: {} bytes, {i} shown", s.len()));
             return out;
         }
-        used += len;
-        if c.is_control() {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
+        out.push_str(shown);
     }
     out
 }
@@ -426,6 +427,15 @@ mod tests {
     fn control_characters_are_shown_not_sent() {
         let s = ok(r#"{"faults": [{"kind": "a\u001b[2Jb\nc"}]}"#);
         assert_eq!(s.faults.unwrap()[0]["kind"], "a\\u{1b}[2Jb\\u{a}c");
+        // Escapes count as printed: 20 ESCs are 120 bytes printed, past the 64 of `kind`.
+        let s = ok(&format!(
+            r#"{{"faults": [{{"kind": "{}"}}]}}"#,
+            "\\u001b".repeat(20)
+        ));
+        assert_eq!(
+            s.faults.unwrap()[0]["kind"],
+            format!("{}… [cut: 20 bytes, 10 shown]", "\\u{1b}".repeat(10))
+        );
     }
 
     #[test]
