@@ -16,7 +16,9 @@
 //! - `install`: finding the shim (option, variable, next to
 //!   rmcp, `../lib/`, the pip package);
 //! - `kernel`: `rmcp kernel install`, a Jupyter kernel spec with the shim preloaded;
-//! - `build_info`: the version and the commit rmcp was built from (`--version`, doctor).
+//! - `build_info`: the version and the commit rmcp was built from (`--version`, doctor);
+//! - `input`: what rmcp reads on a user's say-so (regular files only, never blocking, with
+//!   size caps; exit status 2 for a path an option names that rmcp cannot use).
 //!
 //! Start-up: `main` is a C `main` (`#![no_main]`), so the Rust runtime's start-up does not
 //! run. That start-up ignores SIGPIPE and opens /dev/null on closed descriptors 0-2, and
@@ -33,6 +35,7 @@
 mod build_info;
 mod doctor;
 mod field_check;
+mod input;
 mod install;
 mod kernel;
 mod preload;

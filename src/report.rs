@@ -3,6 +3,10 @@
 //! amdgpu module, distribution), the PyTorch builds and HIP runtimes doctor found, the
 //! doctor's findings, the result of `rmcp check` (run in a child process unless
 //! `--no-check`), and with `--stats FILE` the `faults` a crashed run left in its stats file.
+//! The stats file is checked before anything else runs (`input`, `rmcp_core::stats_file`:
+//! a regular file of at most 1 MiB, JSON, each field the type the shim writes, each string,
+//! list and nesting cut to what rmcp prints, and the report says what was cut); a file that
+//! cannot be used ends the command with status 2 and a sentence naming it.
 //!
 //! Private details are redacted by default (the home directory becomes `~`, the user name
 //! `<user>`, the host name `<host>`), in every section, the check's and doctor's output
@@ -12,12 +16,15 @@
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use rmcp_core::stats_file;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::build_info;
+use crate::input;
 
 /// The options of `rmcp report`.
 #[derive(clap::Args, Debug)]
@@ -156,14 +163,9 @@ fn replace_bounded(text: &str, from: &str, to: &str) -> String {
     out
 }
 
-/// A small file's trimmed text, or None.
+/// A small file's trimmed text, or None (`input`: a regular file, never blocking, capped).
 fn read(path: &str) -> Option<String> {
-    let mut s = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(64 * 1024)
-        .read_to_string(&mut s)
-        .ok()?;
+    let s = input::read_head(Path::new(path), input::SMALL_FILE_BYTES).ok()?;
     let s = s.trim().to_string();
     (!s.is_empty()).then_some(s)
 }
@@ -254,22 +256,25 @@ fn run_check(args: &ReportArgs) -> Value {
     }
 }
 
-/// The `faults` array of a stats file: every object as it is (the format may grow); and its
-/// `buffer_descriptors` (what the load-time fix saw and did).
-fn faults(path: &Path) -> Value {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => return json!({ "error": format!("{}: {e}", path.display()) }),
-    };
-    match serde_json::from_str::<Value>(&text) {
-        Ok(v) => json!({
-            "file": path.display().to_string(),
-            "faults": v.get("faults").cloned().unwrap_or(Value::Null),
-            "buffer_descriptors": v.get("buffer_descriptors").cloned().unwrap_or(Value::Null),
-        }),
-        Err(e) => json!({ "error": format!("{}: not JSON: {e}", path.display()) }),
-    }
+/// The `faults` and `buffer_descriptors` (what the load-time fix saw and did) of a stats
+/// file, checked (`rmcp_core::stats_file`: the types of the fields
+/// the shim writes, every string, list and nesting capped; keys it does not know kept, the
+/// format may grow), read through `input` (a regular file, never blocking, at most
+/// `stats_file::MAX_FILE_BYTES`). Err: the sentence saying why the file cannot be used.
+fn faults(path: &Path) -> Result<Value, String> {
+    let bytes = input::read_capped(path, stats_file::MAX_FILE_BYTES, "a stats file")
+        .map_err(|p| p.to_string())?;
+    let checked = stats_file::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(json!({
+        "file": path.display().to_string(),
+        "faults": checked.faults,
+        "buffer_descriptors": checked.buffer_descriptors,
+        "cut": checked.cut,
+    }))
 }
+
+/// At most this many of the places something was cut are listed.
+const CUTS_LISTED: usize = 20;
 
 /// A JSON value as Markdown text: strings bare, the rest as JSON.
 fn plain(v: &Value) -> String {
@@ -383,9 +388,6 @@ fn markdown(report: &Value, doctor_text: &str) -> String {
         Value::Null => {
             s += "No stats file given (`rmcp report --stats FILE` adds the faults a crashed run recorded).\n"
         }
-        f if f.get("error").is_some() => {
-            s += &format!("Cannot read the stats file: {}\n", plain(&f["error"]))
-        }
         f => match f["faults"].as_array() {
             None => {
                 s += &format!(
@@ -413,6 +415,18 @@ fn markdown(report: &Value, doctor_text: &str) -> String {
             }
         },
     }
+    if let Some(cut) = r["faults"]["cut"].as_array().filter(|c| !c.is_empty()) {
+        let mut listed: Vec<String> = cut.iter().take(CUTS_LISTED).map(plain).collect();
+        if cut.len() > CUTS_LISTED {
+            listed.push(format!("and {} more", cut.len() - CUTS_LISTED));
+        }
+        s += &format!(
+            "\nrmcp cut what is longer than it prints ({} bytes of a field, {} items of a list): {}.\n",
+            stats_file::MAX_TEXT_BYTES,
+            stats_file::MAX_ITEMS,
+            listed.join("; ")
+        );
+    }
     s += &code_objects(&r["faults"]);
     s += "\n## rmcp doctor\n\n```text\n";
     s += doctor_text.trim_end();
@@ -423,7 +437,7 @@ fn markdown(report: &Value, doctor_text: &str) -> String {
 /// The section on the code objects the run loaded, from the stats file's
 /// `buffer_descriptors` (nothing without a readable stats file: the Faults section says why).
 fn code_objects(stats: &Value) -> String {
-    if stats.is_null() || stats.get("error").is_some() {
+    if stats.is_null() {
         return String::new();
     }
     let mut s = String::from("\n## Code objects loaded\n\n");
@@ -454,8 +468,20 @@ fn code_objects(stats: &Value) -> String {
     s
 }
 
-/// Runs `rmcp report`; its exit status is 0 unless the report could not be written.
+/// Runs `rmcp report`; its exit status is 0 unless the report could not be written (125)
+/// or an option names a file rmcp cannot use (2, before anything else is done).
 pub fn main(args: ReportArgs) -> u8 {
+    let faults = match args.stats.as_deref().map(faults).transpose() {
+        Ok(f) => f,
+        Err(why) => {
+            eprintln!("rmcp report: --stats {why}");
+            return input::EXIT_USAGE;
+        }
+    };
+    if let Some(Err(p)) = args.runtime.as_deref().map(input::regular_file) {
+        eprintln!("rmcp report: --runtime {p}");
+        return input::EXIT_USAGE;
+    }
     let (doctor_text, doctor) = crate::doctor::for_report().unwrap_or_else(|| {
         (
             "rmcp doctor failed (see the message above)".into(),
@@ -491,7 +517,7 @@ pub fn main(args: ReportArgs) -> u8 {
         "system": system(),
         "pytorch_and_runtimes": found,
         "check": check,
-        "faults": args.stats.as_deref().map(faults),
+        "faults": faults,
         "doctor": doctor,
     });
     let text = if args.json {

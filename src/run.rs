@@ -130,9 +130,18 @@ pub fn option_env(args: &RunArgs) -> Vec<(&'static str, OsString)> {
 
 /// The shim's absolute path, ready for LD_PRELOAD: found by `install::SHIM` from
 /// `explicit` (--shim), RMCP_SHIM and the rmcp executable. On failure the reason has been
-/// printed and the exit status is returned (127 not found, 125 unusable path).
+/// printed and the exit status is returned (127 not found, 125 unusable path: not a regular
+/// file, or one LD_PRELOAD cannot carry).
 pub(crate) fn shim_for_preload(explicit: Option<&Path>) -> Result<PathBuf, u8> {
     let search = install::SHIM.search_here(explicit);
+    // A path the user named that is there but is no file (a FIFO, on which the loader
+    // would wait forever; a directory; a device): said as such, not as "not found".
+    if let (None, [(_, named)]) = (&search.found, search.tried.as_slice()) {
+        if let Some(e) = crate::input::not_regular_if_present(named) {
+            eprintln!("rmcp: {e}: the shim must be its library file");
+            return Err(EXIT_FAILED);
+        }
+    }
     let Some(shim) = search.found.clone() else {
         eprintln!(
             "rmcp: {SHIM_NAME} not found; looked at {}. Give its path with --shim PATH or RMCP_SHIM.",
@@ -166,6 +175,17 @@ pub fn run(args: RunArgs) -> u8 {
         Err(status) => return status,
     };
 
+    // --hip-library is the shim's to load (RMCP_HIP_LIBRARY), in the command: a path that
+    // is there but is no file (a FIFO would hang the command's first HIP call) is refused
+    // here. A missing path or a bare name is the loader's to find, as the shim documents.
+    if let Some(e) = args
+        .hip_library
+        .as_deref()
+        .and_then(crate::input::not_regular_if_present)
+    {
+        eprintln!("rmcp: --hip-library {e}: the runtime must be its library file");
+        return EXIT_FAILED;
+    }
     let (program, _) = args.command.split_first().expect("clap requires a command");
     let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let mut set = |k: &str, v: OsString| {

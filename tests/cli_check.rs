@@ -444,8 +444,11 @@ fn the_run_without_rmcp_has_no_shim_in_ld_preload() {
     );
 }
 
+/// A `--runtime` or `--shim` that is not there is a usage error (2, with a sentence naming
+/// it; was 127, the shell's "command not found"); so is one that is no regular file
+/// (tests/cli_input.rs). A shim found nowhere, with no option naming it, stays 127.
 #[test]
-fn missing_runtime_or_shim_is_127() {
+fn missing_runtime_or_shim_is_a_usage_error() {
     let s = fake(Fake::Right, Fake::Right, 3, true);
     let out = rmcp()
         .args([
@@ -464,10 +467,10 @@ fn missing_runtime_or_shim_is_127() {
         );
         return;
     }
-    assert_eq!(out.status.code(), Some(127), "{err}");
-    assert!(
-        err.contains("/nonexistent/libamdhip64.so.6 (--runtime) does not exist"),
-        "{err}"
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        "rmcp check: /nonexistent/libamdhip64.so.6: No such file or directory (--runtime)\n"
     );
 
     let out = rmcp()
@@ -477,8 +480,11 @@ fn missing_runtime_or_shim_is_127() {
         .args(["--shim", "/nonexistent/librmcp_shim.so"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(127), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("librmcp_shim.so not found"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "rmcp check: /nonexistent/librmcp_shim.so: No such file or directory (--shim)\n"
+    );
 }
 
 // ---- the real measurement ----

@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, Method, write};
-use rmcp_testkit::{fixture, hip_fat_libraries, missing, skip, which};
+use rmcp_testkit::{fixture, hip_fat_libraries, missing, which};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -547,8 +547,9 @@ fn debian_rocsparse_against_llvms_bundler() {
 /// Debian sid's rocBLAS (librocblas4 6.4.4), from the root tests/compat/run builds and
 /// caches (RMCP_COMPAT_CACHE, default /var/cache/rmcp-compat in CI): the shared library
 /// (1 GB) against clang-offload-bundler's list of its first bundle, and its Tensile
-/// directory against the files dpkg recorded for the package. Skipped when the root has
-/// not been built yet (it is made after the tests in .ci/run).
+/// directory against the files dpkg recorded for the package. A missing root is a missing
+/// prerequisite: a skip on a bare machine, a failure under CI (.ci/run builds the roots with
+/// `tests/compat/run --roots-only` before the test command).
 #[test]
 fn debian_sid_rocblas_and_its_tensile_files() {
     let cache = std::env::var_os("RMCP_COMPAT_CACHE")
@@ -558,11 +559,15 @@ fn debian_sid_rocblas_and_its_tensile_files() {
     let lib = root.join("usr/lib/x86_64-linux-gnu/librocblas.so.4");
     let dpkg_list = root.join("var/lib/dpkg/info/librocblas4.list");
     let bundler = Path::new("/usr/lib/llvm-15/bin/clang-offload-bundler");
-    if !lib.exists() || !dpkg_list.exists() || !bundler.exists() {
-        skip(&format!(
-            "no Debian sid root with librocblas4 under {} (tests/compat/run builds it)",
+    if !lib.exists() || !dpkg_list.exists() {
+        missing(&format!(
+            "no Debian sid root with librocblas4 under {} (tests/compat/run --roots-only builds it, as root)",
             cache.display()
         ));
+        return;
+    }
+    if !bundler.exists() {
+        missing(&format!("no {} (apt-get install hipcc)", bundler.display()));
         return;
     }
     let (offset, _) = readelf_section(&lib, FATBIN_SECTION).expect("readelf -S");

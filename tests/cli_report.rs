@@ -224,13 +224,16 @@ fn a_stats_file_without_faults_says_so() {
         md.contains("the stats file has no `buffer_descriptors`"),
         "{md}"
     );
+    // A stats file that cannot be read is a usage error, said before any work is done
+    // (tests/cli_input.rs has the rest).
     let out = rmcp()
         .args(["report", "--no-check", "--stats", "/nonexistent/stats.json"])
         .output()
         .unwrap();
-    let md = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        md.contains("Cannot read the stats file: /nonexistent/stats.json"),
-        "{md}"
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "rmcp report: --stats /nonexistent/stats.json: No such file or directory\n"
     );
 }

@@ -17,6 +17,8 @@
 //!   offload bundles, target IDs), read from bytes a caller supplies;
 //! - [`buffer_descriptors`]: buffer resource descriptors RDNA1 misreads (Triton's), found in
 //!   a code object's machine code and fixed in a private copy.
+//! - [`stats_file`]: the stats file (RMCP_STATS_FILE) read back by `rmcp report`: its size
+//!   cap, the types of the fault fields, the caps on what is printed of them.
 
 pub mod buffer_descriptors;
 pub mod classify;
@@ -29,4 +31,5 @@ pub mod policy;
 pub mod quirks;
 pub mod registry;
 pub mod remedy;
+pub mod stats_file;
 pub mod topology;

@@ -20,7 +20,7 @@ pub mod skip;
 pub mod stress_model;
 
 pub use artifacts::*;
-pub use bounded::output_within;
+pub use bounded::{Measured, measured_within, output_within};
 pub use compat_root::{RootDir, compat_cache, compat_root, triton_root};
 pub use doctor_text::check_doctor_layout;
 pub use host::*;

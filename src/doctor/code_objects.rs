@@ -21,7 +21,6 @@ use rmcp_core::gfx::Gfx;
 use rmcp_core::remedy::{Carries, OverrideEffect, advise, override_effect};
 use rmcp_core::topology::GpuNode;
 
-use super::files::io_error_text;
 use super::remedies;
 use super::report::{Check, CodeFormat, CodeObjectRow, CodeVerdict, Finding, Remedy, Status};
 
@@ -392,15 +391,20 @@ fn empty(format: CodeFormat) -> Library {
 /// The file starts with an offload bundle's magic, plain or compressed.
 fn starts_as_bundle(path: &Path) -> bool {
     let mut head = [0u8; 24];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok_and(|()| head.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || head.starts_with(b"CCOB"))
+    crate::input::open_regular(path)
+        .ok()
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head).ok())
+        .is_some_and(|()| {
+            head.starts_with(b"__CLANG_OFFLOAD_BUNDLE__") || head.starts_with(b"CCOB")
+        })
 }
 
 fn read_elf(path: &Path) -> Read {
-    let file = match std::fs::File::open(path) {
+    // A regular file only, opened without blocking (`input`): a FIFO found in a walk is
+    // never waited on.
+    let file = match crate::input::open_regular(path) {
         Ok(f) => FileAt(f),
-        Err(e) => return Read::Unreadable(io_error_text(&e)),
+        Err(e) => return Read::Unreadable(e.why),
     };
     let section = match co::find_section(&file, FATBIN_SECTION) {
         Ok(Some(s)) => s,
@@ -503,8 +507,7 @@ impl Packages {
         let idx = match self.status.iter().position(|(r, _)| r == root) {
             Some(i) => i,
             None => {
-                let text =
-                    std::fs::read_to_string(root.join("var/lib/dpkg/status")).unwrap_or_default();
+                let text = dpkg_status(&root.join("var/lib/dpkg/status"));
                 self.status
                     .push((root.to_path_buf(), parse_dpkg_status(&text)));
                 self.status.len() - 1
@@ -569,6 +572,14 @@ impl Packages {
         let version = self.dpkg_version(&root, &candidate)?;
         Some(format!("{candidate} {version}"))
     }
+}
+
+/// dpkg's status file under a root, read through `input` (at most
+/// `input::DPKG_STATUS_BYTES`); empty when it cannot be.
+pub fn dpkg_status(path: &Path) -> String {
+    crate::input::read_capped(path, crate::input::DPKG_STATUS_BYTES, "a dpkg status file")
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 /// (package, version) of each installed package in dpkg's status file.
@@ -655,7 +666,8 @@ fn rocm_version(path: &Path) -> Option<String> {
     if let Some(v) = name.strip_prefix("rocm-") {
         return Some(format!("ROCm {v}"));
     }
-    let text = std::fs::read_to_string(root.join(".info/version")).ok()?;
+    let text = crate::input::read_head(&root.join(".info/version"), crate::input::SMALL_FILE_BYTES)
+        .ok()?;
     let v = text.lines().next()?.trim();
     (!v.is_empty()).then(|| format!("ROCm {v}"))
 }

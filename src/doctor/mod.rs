@@ -1,6 +1,7 @@
 //! `rmcp doctor`: one finding per check, each with a status, one plain sentence and, where
 //! relevant, the public source behind it. Exit status: 0 when no finding is an error, 1
-//! when one is, 2 when doctor itself failed.
+//! when one is, 2 when doctor itself failed or a `--scan` path is neither a file nor a
+//! directory.
 //!
 //! This file is the command: its options, its exit statuses, and the order in which the
 //! checks run. The rest:
@@ -66,7 +67,8 @@ pub struct DoctorArgs {
 }
 
 /// Exit status when doctor itself failed (a check panicked, the report could not be
-/// written). The report decides between 0 and 1 (`report::EXIT_OK`,
+/// written), and of a `--scan` path that is neither a file nor a directory
+/// (`input::EXIT_USAGE`, the same 2). The report decides between 0 and 1 (`report::EXIT_OK`,
 /// `report::EXIT_ERROR_FINDING`, `Report::exit_status`).
 pub const EXIT_DOCTOR_FAILED: u8 = 2;
 
@@ -192,6 +194,14 @@ pub fn for_report() -> Option<(String, serde_json::Value)> {
 
 /// `rmcp doctor`.
 pub fn main(args: DoctorArgs) -> u8 {
+    // Each --scan path is a file or a directory (`input`): a FIFO or a device is refused
+    // before anything is opened, with status 2.
+    for p in &args.scan {
+        if let Err(e) = crate::input::file_or_directory(p) {
+            eprintln!("rmcp doctor: --scan {e}");
+            return crate::input::EXIT_USAGE;
+        }
+    }
     // A panic in a check is doctor's own failure (status 2), never a finding.
     let report = match std::panic::catch_unwind(|| diagnose(&args)) {
         Ok(r) => r,

@@ -193,19 +193,17 @@ fn read(dir: PathBuf, parent: PathBuf) -> Install {
         problems: Vec::new(),
     };
     let vpy = i.dir.join("version.py");
-    match std::fs::read(&vpy) {
-        Ok(bytes) => match parse_version_py(&String::from_utf8_lossy(&bytes)) {
+    match crate::input::read_head(&vpy, crate::input::SMALL_FILE_BYTES) {
+        Ok(text) => match parse_version_py(&text) {
             Some(v) => i.version = Some(v),
             None => i.problems.push(format!(
                 "{} has no readable __version__ (a broken or hand-edited file)",
                 vpy.display()
             )),
         },
-        Err(e) => i.problems.push(format!(
-            "{} cannot be read ({})",
-            vpy.display(),
-            super::files::io_error_text(&e)
-        )),
+        Err(e) => i
+            .problems
+            .push(format!("{} cannot be read ({})", vpy.display(), e.why)),
     }
     // TheRock's packages beside torch.
     for e in entries(&i.parent) {
@@ -216,8 +214,8 @@ fn read(dir: PathBuf, parent: PathBuf) -> Install {
         }
         if lower.starts_with("amd_torch_device_") && lower.ends_with(".dist-info") {
             let meta = e.path().join("METADATA");
-            match std::fs::read(&meta) {
-                Ok(b) => match metadata_name(&String::from_utf8_lossy(&b)) {
+            match crate::input::read_head(&meta, crate::input::SMALL_FILE_BYTES) {
+                Ok(text) => match metadata_name(&text) {
                     Some(n) => {
                         if let Some(g) = n
                             .to_ascii_lowercase()
@@ -236,11 +234,10 @@ fn read(dir: PathBuf, parent: PathBuf) -> Install {
                         .problems
                         .push(format!("{} has no Name field", meta.display())),
                 },
-                Err(err) => i.problems.push(format!(
-                    "{} cannot be read ({})",
-                    meta.display(),
-                    super::files::io_error_text(&err)
-                )),
+                Err(err) => {
+                    i.problems
+                        .push(format!("{} cannot be read ({})", meta.display(), err.why))
+                }
             }
         }
     }
@@ -256,7 +253,7 @@ fn read(dir: PathBuf, parent: PathBuf) -> Install {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| root.join("var/lib/dpkg/status"));
-            let text = std::fs::read_to_string(&status).unwrap_or_default();
+            let text = super::code_objects::dpkg_status(&status);
             for name in ["python3-torch-rocm", "python3-torch"] {
                 if let Some(st) = dpkg_stanza(&text, name) {
                     i.package = Some(format!(

@@ -641,6 +641,19 @@ fn no_kernels(json_out: bool) -> u8 {
     EXIT_NO_GPU
 }
 
+/// Says that an option names a file rmcp cannot use; exit status 2 (`input::EXIT_USAGE`).
+fn usage_error(msg: &str, json_out: bool) -> u8 {
+    let status = crate::input::EXIT_USAGE;
+    if json_out {
+        println!(
+            "{}",
+            json!({ "verdict": Value::Null, "exit_status": status, "error": msg })
+        );
+    }
+    eprintln!("rmcp check: {msg}");
+    status
+}
+
 /// Runs `rmcp check`; returns its exit status.
 pub fn main(args: CheckArgs) -> u8 {
     if args.measure {
@@ -653,9 +666,18 @@ pub fn main(args: CheckArgs) -> u8 {
         args.runtime.as_deref(),
         &crate::doctor::python_site_packages(),
     );
-    if let Some(p) = choice.path.as_deref().filter(|p| !p.exists()) {
-        eprintln!("rmcp check: {} ({}) does not exist", p.display(), choice.by);
-        return run::EXIT_NOT_FOUND;
+    // Every file an option names, and the runtime chosen, is a regular file (`input`):
+    // else a sentence naming it and the usage status, before anything runs. (The loader
+    // would wait forever on a FIFO, and fail on anything else, in the measurement.)
+    let named = [
+        (choice.path.as_deref(), choice.by),
+        (args.shim.as_deref(), "--shim"),
+        (args.measure_with.as_deref(), "--measure-with"),
+    ];
+    for (path, by) in named {
+        if let Some(Err(e)) = path.map(crate::input::regular_file) {
+            return usage_error(&format!("{e} ({by})"), args.json);
+        }
     }
     let (program, child_args): (PathBuf, Vec<OsString>) = match &args.measure_with {
         Some(p) => (std::path::absolute(p).unwrap_or(p.clone()), Vec::new()),
@@ -713,9 +735,13 @@ pub fn main(args: CheckArgs) -> u8 {
         }
     }
     let (a, b) = (&outputs[0], &outputs[1]);
-    let rewrites = std::fs::read_to_string(&stats)
-        .ok()
-        .and_then(|s| rewritten_host_mallocs(&s));
+    let rewrites = crate::input::read_capped(
+        &stats,
+        rmcp_core::stats_file::MAX_FILE_BYTES,
+        "a stats file",
+    )
+    .ok()
+    .and_then(|b| rewritten_host_mallocs(&String::from_utf8_lossy(&b)));
     let verdict = verdict(a, b, rewrites, args.force);
     let counts = |r: &RunOutput| buffer_layout::run_counts(|k| r.get(k).map(String::from));
     let buffer = buffer_layout::combined(counts(a), counts(b));
