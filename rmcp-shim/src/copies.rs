@@ -41,6 +41,23 @@ pub(crate) struct Copy {
     generation: AtomicU64,
     /// Whether its ROCr has the fault handler (`fault::watch`'s state; 0: not tried).
     pub(crate) watched: std::sync::atomic::AtomicU8,
+    /// How often its ROCr said it was not open yet (`fault::watch`).
+    pub(crate) watch_tries: std::sync::atomic::AtomicU8,
+    /// Its own ROCr's functions that the fault handler needs, found with its other functions
+    /// (so registering the handler later asks the loader nothing).
+    pub(crate) rocr: RocrApi,
+}
+
+/// The ROCr functions the fault handler uses, as the runtime copy's own dependency tree
+/// binds them (0: not there). Addresses only: `fault` calls them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RocrApi {
+    /// `hsa_amd_register_system_event_handler`.
+    pub(crate) register: usize,
+    /// `hsa_amd_pointer_info`.
+    pub(crate) pointer_info: usize,
+    /// `hsa_agent_get_info`.
+    pub(crate) agent_info: usize,
 }
 
 /// The devices of a copy and what they mean on a machine whose GPUs are partly affected.
@@ -124,12 +141,19 @@ fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
 
 fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
     let glibc = crate::front::glibc_dlsym();
-    let api = crate::front::with_handle(object, |h| {
-        HipApi::resolve(|name| {
+    let (api, rocr) = crate::front::with_handle(object, |h| {
+        let find = |name: &std::ffi::CStr| {
             // SAFETY: `h` is a live dlopen handle; `name` is NUL-terminated. The copy's own
             // search list starts with the copy.
             unsafe { glibc(h, name.as_ptr()) }
-        })
+        };
+        let api = HipApi::resolve(&find);
+        let rocr = RocrApi {
+            register: find(c"hsa_amd_register_system_event_handler") as usize,
+            pointer_info: find(c"hsa_amd_pointer_info") as usize,
+            agent_info: find(c"hsa_agent_get_info") as usize,
+        };
+        (api, rocr)
     })
     .unwrap_or_default();
     let path = std::fs::canonicalize(&object.name).map_or_else(
@@ -146,6 +170,8 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
         announced: AtomicBool::new(false),
         generation: AtomicU64::new(generation),
         watched: std::sync::atomic::AtomicU8::new(0),
+        watch_tries: std::sync::atomic::AtomicU8::new(0),
+        rocr,
     }
 }
 
