@@ -1,17 +1,21 @@
-//! The entries of the observed functions (`rmcp_sys::observed_functions!`): launches,
-//! `__hipRegisterFunction`, `hsa_queue_create`. Each entry saves the six argument registers
-//! and rax, calls [`observe`] with them and its row's index, restores them and jumps to the
-//! function `observe` returns, with the stack as the caller left it: whatever the function's
-//! arguments (dim3 structs, arguments on the stack), the callee receives the caller's own,
-//! and returns straight to the caller. `observe` finds where the call goes (the function the
+//! The entries of the observed functions (`rmcp_sys::observed_functions!`): launches, graph
+//! calls (`graphs`), `__hipRegisterFunction`, `hsa_queue_create`. Each entry saves the six
+//! argument registers and rax, calls [`observe`] with them and its row's index, restores them
+//! and jumps to the function `observe` returns, with the stack as the caller left it:
+//! whatever the function's arguments (dim3 structs, arguments on the stack), the callee
+//! receives the caller's own, and returns straight to the caller. `observe` finds where the call goes (the function the
 //! caller would have reached: `binding`, as for the hooked functions), records its fact
-//! (`launches`, `queues`) and, for `hsa_queue_create`, puts the wrapped callback in place of
+//! (`launches`, `graphs`, `queues`) and, for `hsa_queue_create`, puts the wrapped callback in place of
 //! the caller's (rcx).
 //!
 //! A launch costs the front's jump, this entry and `observe`'s binding lookup and ring
 //! record: no lock, no heap, no system call (`docs/performance.md`). A lookup by name of an
-//! observed function (`dlsym`, `hipGetProcAddress`) gets the runtime's own: such callers'
-//! launches are not in the ring.
+//! observed function (`dlsym`, `hipGetProcAddress`) that finds a runtime copy's own
+//! function gets the front's export when the global scope binds that function after the
+//! shim, else the copy's per-copy entry (`handout`): eight stubs per row that put the row
+//! and the copy's slot in r11 (which carries no argument) and jump to one common entry,
+//! which goes on to that copy's own function ([`observe_copy`]), so such callers' launches
+//! are recorded too.
 
 use std::ffi::c_void;
 
