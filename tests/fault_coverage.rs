@@ -3,8 +3,9 @@
 //! a kernel launched only through pointers from `dlsym` on an RTLD_LOCAL handle, and a fault
 //! in a kernel a graph runs. Each is explained (rmcp's block first, the node, the gfx and the
 //! kernels named) and the runtime's own message and ending are the same with rmcp as
-//! without, byte for byte after masking addresses and numbers. tests/compat/run (`n:faults`)
-//! shows the same on the 6.4.3 and 7.2.4 runtimes, where hipGetProcAddress exists.
+//! without, byte for byte after masking addresses and numbers. In the roots tests/compat/run
+//! builds (chroot, as root): the copy on the 6.4.3 runtime, and launches through
+//! hipGetProcAddress pointers on the 7.2.4 runtime.
 
 use rmcp_testkit::*;
 use std::os::unix::process::ExitStatusExt;
@@ -48,11 +49,12 @@ fn runtime_part(stderr: &str) -> String {
         .join("\n")
 }
 
-/// `args` on the emulated GPU in `dir`, rmcp preloaded when `shim`.
-fn run(lib: &Path, dir: &Path, shim: bool, args: &[&std::ffi::OsStr]) -> Output {
+/// `args` on the emulated GPU in `dir`, rmcp preloaded when `shim`; with the emulator's log.
+fn run(lib: &Path, dir: &Path, shim: bool, args: &[&std::ffi::OsStr]) -> (Output, String) {
+    let log = dir.join("run.jsonl");
     let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
     cmd.arg("--log")
-        .arg(dir.join("run.jsonl"))
+        .arg(&log)
         .arg("--")
         .args(args)
         .current_dir(dir)
@@ -65,14 +67,27 @@ fn run(lib: &Path, dir: &Path, shim: bool, args: &[&std::ffi::OsStr]) -> Output 
     if shim {
         cmd.env("LD_PRELOAD", rmcp_testkit::shim());
     }
-    output_within(&mut cmd, Duration::from_secs(120)).expect("the program within its time")
+    let out =
+        output_within(&mut cmd, Duration::from_secs(120)).expect("the program within its time");
+    (out, std::fs::read_to_string(&log).unwrap_or_default())
 }
 
-/// Runs `args` with and without rmcp: the same ending and runtime message; returns rmcp's
-/// block (which comes first, once) and the whole context for messages.
-fn explained(lib: &Path, dir: &Path, args: &[&std::ffi::OsStr]) -> (String, String) {
-    let without = run(lib, dir, false, args);
-    let with = run(lib, dir, true, args);
+/// Runs a program with and without rmcp (`go(shim)` gives its output and the emulator's
+/// log): a VM fault happened in both, and the ending and the runtime's message are the
+/// same. Returns rmcp's block (which comes first, once, naming the node and the gfx) and the
+/// whole context for messages.
+fn explained(go: impl Fn(bool) -> (Output, String)) -> (String, String) {
+    explained_as(go, "vm", "GPU memory fault on GPU node-1 at address 0x")
+}
+
+/// [`explained`] for the fault `kind`, whose block starts with `first`.
+fn explained_as(
+    go: impl Fn(bool) -> (Output, String),
+    kind: &str,
+    first: &str,
+) -> (String, String) {
+    let (without, log0) = go(false);
+    let (with, log1) = go(true);
     let (e0, e1) = (text(&without.stderr), text(&with.stderr));
     let ctx = format!(
         "--- without {:?}\n{}{e0}\n--- with {:?}\n{}{e1}",
@@ -81,10 +96,12 @@ fn explained(lib: &Path, dir: &Path, args: &[&std::ffi::OsStr]) -> (String, Stri
         with.status,
         text(&with.stdout)
     );
-    assert!(
-        e0.contains("Memory access fault by GPU node-1"),
-        "the fault did not happen\n{ctx}"
-    );
+    for log in [&log0, &log1] {
+        assert!(
+            log.contains(&format!("\"fault\":\"{kind}\"")),
+            "the fault did not happen\n{ctx}"
+        );
+    }
     assert_eq!(with.status.signal(), without.status.signal(), "{ctx}");
     assert_eq!(with.status.code(), without.status.code(), "{ctx}");
     assert_eq!(
@@ -100,7 +117,7 @@ fn explained(lib: &Path, dir: &Path, args: &[&std::ffi::OsStr]) -> (String, Stri
     let lines: Vec<&str> = e1.lines().collect();
     let start = lines
         .iter()
-        .position(|l| l.contains("error: GPU memory fault on GPU "))
+        .position(|l| l.contains(first))
         .unwrap_or_else(|| panic!("no block\n{ctx}"));
     let runtime_first = lines
         .iter()
@@ -109,16 +126,27 @@ fn explained(lib: &Path, dir: &Path, args: &[&std::ffi::OsStr]) -> (String, Stri
     assert!(start < runtime_first, "the block is not first\n{ctx}");
     let block = lines[start..runtime_first].join("\n");
     assert_eq!(
-        block.matches("GPU memory fault").count(),
+        block.matches("GPU memory fault").count() + block.matches("GPU queue error").count(),
         1,
         "one block\n{ctx}"
     );
     assert!(
-        block.contains("GPU memory fault on GPU node-1 at address 0x")
-            && block.contains("GPU: node-1, gfx1010 (KFD topology)"),
+        block.contains("GPU: node-1, gfx1010 (KFD topology)"),
         "node and gfx\n{ctx}"
     );
     (block, ctx)
+}
+
+fn cc(src: &Path, exe: &Path, more: &[&std::ffi::OsStr]) {
+    let out = Command::new("cc")
+        .arg(src)
+        .arg("-o")
+        .arg(exe)
+        .args(more)
+        .arg("-ldl")
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "cc: {}", text(&out.stderr));
 }
 
 fn hipcc_build(hipcc: &Path, dir: &Path, name: &str, src: &str) -> std::path::PathBuf {
@@ -168,7 +196,7 @@ int main() {
 }
 "#,
     );
-    let (block, ctx) = explained(&lib, dir.path(), &[exe.as_os_str()]);
+    let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &[exe.as_os_str()]));
     assert!(
         block.contains("made by hipMalloc(65536 bytes, flags 0x0) from "),
         "{ctx}"
@@ -193,24 +221,14 @@ fn launches_through_dlsym_on_a_local_handle_are_named() {
         return;
     };
     let exe = dir.path().join("by_name_launch");
-    let out = Command::new("cc")
-        .arg(repo().join("tests/c/by_name_launch.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ldl")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "cc: {}", text(&out.stderr));
-    let (block, ctx) = explained(
-        &lib,
-        dir.path(),
-        &[
-            exe.as_os_str(),
-            "libamdhip64.so.5".as_ref(),
-            co.as_os_str(),
-            "dlsym".as_ref(),
-        ],
-    );
+    cc(&repo().join("tests/c/by_name_launch.c"), &exe, &[]);
+    let args = [
+        exe.as_os_str(),
+        "libamdhip64.so.5".as_ref(),
+        co.as_os_str(),
+        "dlsym".as_ref(),
+    ];
+    let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &args));
     assert!(
         block.contains("    k in ") && block.contains(" via hipModuleLaunchKernel (thread "),
         "{ctx}"
@@ -272,7 +290,7 @@ int main() {
 }
 "#,
     );
-    let (block, ctx) = explained(&lib, dir.path(), &[exe.as_os_str()]);
+    let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &[exe.as_os_str()]));
     assert!(
         block.contains("a graph (hipGraphExec_t 0x") && block.contains(" via hipGraphLaunch ("),
         "{ctx}"
@@ -289,4 +307,179 @@ int main() {
         block.contains("_Z4fillPi in ") && block.contains(", launched during a stream capture"),
         "{ctx}"
     );
+}
+
+/// A root tests/compat/run built (RMCP_COMPAT_CACHE, default /var/cache/rmcp-compat) whose
+/// runtime is `libamdhip64.so.<major>`, and a directory staged in it; None (a skip, a
+/// failure where prerequisites are required) when there is none or this is not root.
+struct Staged {
+    root: std::path::PathBuf,
+    /// The directory as the host sees it, and as the root's processes see it.
+    host: std::path::PathBuf,
+    inside: String,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.host);
+    }
+}
+
+fn staged(name: &str, major: u8, lib: &Path) -> Option<Staged> {
+    let cache = std::env::var_os("RMCP_COMPAT_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/var/cache/rmcp-compat"));
+    let root = cache.join("roots").join(name);
+    let runtime = root.join(format!("usr/lib/x86_64-linux-gnu/libamdhip64.so.{major}"));
+    if !runtime.exists() {
+        missing(&format!(
+            "no Debian {name} root with libamdhip64.so.{major} under {} (tests/compat/run \
+             builds it)",
+            cache.display()
+        ));
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip(&format!("the {name} root needs chroot, which needs root"));
+        return None;
+    }
+    let inside = format!("/tmp/rmcp-fault-coverage-{}", std::process::id());
+    let host = root.join(inside.trim_start_matches('/'));
+    std::fs::create_dir_all(&host).unwrap();
+    let s = Staged { root, host, inside };
+    let front = rmcp_testkit::shim();
+    let body = front.with_file_name("librmcp_shim_body.so");
+    for f in [lib, front.as_path(), body.as_path()] {
+        std::fs::copy(f, s.host.join(f.file_name().unwrap())).unwrap();
+    }
+    let fixture = fixture("rdna1");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(&fixture)
+        .arg(s.host.join("fixture"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cp: {out:?}");
+    Some(s)
+}
+
+impl Staged {
+    /// Copies `file` in; its path inside.
+    fn put(&self, file: &Path) -> String {
+        let name = file.file_name().unwrap().to_str().unwrap().to_string();
+        std::fs::copy(file, self.host.join(&name)).unwrap();
+        format!("{}/{name}", self.inside)
+    }
+
+    /// `args` (paths inside) in the root on the emulated GPU, under `ulimit -c 0` as
+    /// tests/compat/run runs them, rmcp preloaded when `shim`; with the emulator's log.
+    fn run(&self, shim: bool, env: &[String], args: &[&str]) -> (Output, String) {
+        let mut preload = format!("{}/libemugpu.so", self.inside);
+        if shim {
+            preload.push_str(&format!(":{}/librmcp_shim.so", self.inside));
+        }
+        let log = format!("{}/run.jsonl", self.inside);
+        let _ = std::fs::remove_file(self.host.join("run.jsonl"));
+        let mut cmd = Command::new("chroot");
+        cmd.arg(&self.root)
+            .args([
+                "/usr/bin/env",
+                "-i",
+                "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME=/root",
+                "sh",
+                "-c",
+                "ulimit -c 0; cd \"$0\"; exec \"$@\"",
+                &self.inside,
+                "env",
+            ])
+            .arg(format!("LD_PRELOAD={preload}"))
+            .arg(format!("EMUGPU_FIXTURE={}/fixture", self.inside))
+            .arg(format!("EMUGPU_LOG={log}"))
+            .args(env)
+            .args(args);
+        let out = output_within(&mut cmd, Duration::from_secs(120)).expect("within its time");
+        (
+            out,
+            std::fs::read_to_string(self.host.join("run.jsonl")).unwrap_or_default(),
+        )
+    }
+}
+
+/// The copy before any launch on the 6.4.3 runtime (Debian sid), which runs copies as its
+/// own blit kernels on HIP's queues.
+#[test]
+fn a_fault_in_a_copy_before_any_launch_is_explained_on_6_4_3() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("sid", 6, &lib) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("copy_fault");
+    // Linked to the root's own runtime (its dependencies need the root's newer glibc, which
+    // the link does not check).
+    let libs = stage.root.join("usr/lib/x86_64-linux-gnu");
+    cc(
+        &repo().join("tests/c/copy_fault.c"),
+        &exe,
+        &[
+            format!("-L{}", libs.display()).as_ref(),
+            format!("-Wl,-rpath-link,{}", libs.display()).as_ref(),
+            "-Wl,--allow-shlib-undefined".as_ref(),
+            "-l:libamdhip64.so.6".as_ref(),
+        ],
+    );
+    let exe = stage.put(&exe);
+    let (block, ctx) = explained(|shim| stage.run(shim, &[], &[&exe]));
+    assert!(
+        block.contains("made by hipMalloc(65536 bytes, flags 0x0) from "),
+        "{ctx}"
+    );
+    // A queue error in HIP's own blit kernel (a device-to-device copy), before any launch:
+    // the block names the node and the gfx as a VM fault's does (issue 28 said "GPU of
+    // unknown node" here: ROCr was found only at a launch).
+    let (block, ctx) = explained_as(
+        |shim| stage.run(shim, &[], &[&exe, "aperture", "d2d"]),
+        "aperture",
+        "GPU queue error on GPU node-1: HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION (0x29)",
+    );
+    assert!(
+        block.contains("kernels: no launch went through rmcp in this process"),
+        "{ctx}"
+    );
+}
+
+/// A program that gets every HIP function through hipGetProcAddress (the runtime dlopened
+/// RTLD_LOCAL, only hipGetProcAddress looked up with dlsym), as Triton's HIP driver does,
+/// on the 7.2.4 runtime (Debian experimental): its launches are recorded and named.
+#[test]
+fn launches_through_hip_get_proc_address_are_named_on_7_2_4() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("exp", 7, &lib) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
+        return;
+    };
+    let exe = dir.path().join("by_name_launch");
+    cc(&repo().join("tests/c/by_name_launch.c"), &exe, &[]);
+    let (exe, co) = (stage.put(&exe), stage.put(&co));
+    // hipGetProcAddress finds its own library by the unversioned name, which the -dev
+    // package provides (without it every name is hipErrorInvalidValue); Triton opens that
+    // name too. The root has only the soname: a link to it in the staged directory.
+    std::os::unix::fs::symlink(
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.7",
+        stage.host.join("libamdhip64.so"),
+    )
+    .unwrap();
+    let env = [format!("LD_LIBRARY_PATH={}", stage.inside)];
+    let (block, ctx) =
+        explained(|shim| stage.run(shim, &env, &[&exe, "libamdhip64.so", &co, "proc"]));
+    assert!(
+        block.contains("    k in ") && block.contains(" via hipModuleLaunchKernel (thread "),
+        "{ctx}"
+    );
+    assert!(block.contains("2 launches in all"), "{ctx}");
 }

@@ -32,8 +32,8 @@ static void *get(const char *name)
         return dlsym(rt, name);
     void *p = 0;
     int status = 0;
-    /* hipVersion: the version the caller was built for (HIP_VERSION_MAJOR * 100 + minor). */
-    if (procaddr(name, &p, 700, 0, &status) != 0)
+    /* hipVersion: HIP_VERSION of the headers the caller was built with (6.0 here). */
+    if (procaddr(name, &p, 60000000, 0, &status) != 0)
         return 0;
     return p;
 }
