@@ -92,8 +92,8 @@ pub(crate) fn captured(kernel: Kernel) {
 }
 
 /// A `hipKernelNodeParams *` given to `via`: its `func` (offset 24: after `dim3 blockDim`,
-/// padded to 16, and `void **extra`; the same in hip_runtime_api.h from 5.x to 7.x) is a
-/// host stub. A null pointer or func is passed over.
+/// padded to 16, and `void **extra`; the same in the 5.2 and 6.4 hip_runtime_api.h and in
+/// the 6.x one Triton bundles) is a host stub. A null pointer or func is passed over.
 #[cold]
 pub(crate) fn node_params(via: Observed, params: usize) {
     if params == 0 {
