@@ -46,6 +46,13 @@ pub(crate) struct Copy {
     /// Its own ROCr's functions that the fault handler needs, found with its other functions
     /// (so registering the handler later asks the loader nothing).
     pub(crate) rocr: RocrApi,
+    /// Its `PT_LOAD` segments, (start, end): [`containing`] finds the copy of a return
+    /// address without asking the loader.
+    segments: Vec<(usize, usize)>,
+    /// What its own calls of `hsa_queue_create` reach without the shim (the next definition
+    /// after the shim in the global scope, else the one in its own tree; 0: none found):
+    /// where `observed` sends them without asking the loader inside the runtime's locks.
+    pub(crate) queue_create: usize,
 }
 
 /// The ROCr functions the fault handler uses, as the runtime copy's own dependency tree
@@ -141,7 +148,7 @@ fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
 
 fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
     let glibc = crate::front::glibc_dlsym();
-    let (api, rocr) = crate::front::with_handle(object, |h| {
+    let api = crate::front::with_handle(object, |h| {
         let find = |name: &std::ffi::CStr| {
             // SAFETY: `h` is a live dlopen handle; `name` is NUL-terminated. The copy's own
             // search list starts with the copy.
@@ -153,9 +160,27 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
             pointer_info: find(c"hsa_amd_pointer_info") as usize,
             agent_info: find(c"hsa_agent_get_info") as usize,
         };
-        (api, rocr)
+        let own = crate::front::observed_export(rmcp_core::registry::Observed::HsaQueueCreate);
+        let global = crate::front::next(c"hsa_queue_create".as_ptr()) as usize;
+        let queue_create = match global {
+            0 => Some(find(c"hsa_queue_create") as usize).filter(|&p| p != own),
+            p => Some(p),
+        }
+        .unwrap_or(0);
+        (api, rocr, queue_create)
     })
     .unwrap_or_default();
+    let (api, rocr, queue_create) = api;
+    // The loader's walk, unless the loader must not be asked (a fork child of a parent
+    // inside dlopen: `with_handle` answered None above for the same reason).
+    let segments = if crate::front::loader_inconsistent() {
+        Vec::new()
+    } else {
+        locate::mapping_with_imports(object.base, &|_| false)
+            .filter(|m| m.name == object.name)
+            .map(|m| m.segments)
+            .unwrap_or_default()
+    };
     let path = std::fs::canonicalize(&object.name).map_or_else(
         |_| object.name.clone(),
         |p| p.to_string_lossy().into_owned(),
@@ -172,7 +197,20 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
         watched: std::sync::atomic::AtomicU8::new(0),
         watch_tries: std::sync::atomic::AtomicU8::new(0),
         rocr,
+        segments,
+        queue_create,
     }
+}
+
+/// The copy whose code holds `addr`, from the segments kept when each copy was found: no
+/// loader call (for `hsa_queue_create`, which runtimes call under their own locks). None
+/// when no copy of the current generation of loaded objects holds it.
+pub(crate) fn containing(addr: usize) -> Option<&'static Copy> {
+    let now = crate::front::generation();
+    all().find(|c| {
+        c.generation.load(Ordering::Acquire) == now
+            && c.segments.iter().any(|&(s, e)| addr >= s && addr < e)
+    })
 }
 
 impl Copy {

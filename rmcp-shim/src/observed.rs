@@ -212,6 +212,14 @@ extern "C" fn observe(saved: *mut Saved, index: u32) -> usize {
     let Some(&(o, _)) = OBSERVED.get(index as usize) else {
         return not_found as *const () as usize;
     };
+    if o == Observed::HsaQueueCreate {
+        if let Ok(Some((function, copy))) = std::panic::catch_unwind(|| queue_target(saved.ret)) {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                record(o, saved, Some(copy));
+            }));
+            return function;
+        }
+    }
     let Ok(found) = std::panic::catch_unwind(|| target(o, saved.ret)) else {
         return not_found as *const () as usize;
     };
@@ -219,9 +227,19 @@ extern "C" fn observe(saved: *mut Saved, index: u32) -> usize {
         return not_found as *const () as usize;
     };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        record(o, saved, binding);
+        record(o, saved, binding.and_then(|b| b.copy));
     }));
     function
+}
+
+/// Where a runtime copy's own `hsa_queue_create` call from `ret` goes, without asking the
+/// loader: a runtime creates its queues under its own locks, which a thread inside dlopen
+/// (holding the loader's lock) may be waiting for. Known once the copy was found (its first
+/// hooked or observed call, or a kernel's registration, all before its first queue); else
+/// None, and the call's binding is found as any other's.
+fn queue_target(ret: usize) -> Option<(usize, &'static crate::copies::Copy)> {
+    let c = crate::copies::containing(ret)?;
+    (c.queue_create != 0).then_some((c.queue_create, c))
 }
 
 /// Called by the per-copy entries (`handout` hands them out for a copy's observed function
@@ -244,13 +262,13 @@ extern "C" fn observe_copy(saved: *mut Saved, code: u32) -> usize {
         return not_found as *const () as usize;
     };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        record(o, saved, Some(binding));
+        record(o, saved, binding.copy);
     }));
     function
 }
 
 #[inline(always)]
-fn record(o: Observed, saved: &mut Saved, binding: Option<&'static crate::binding::Binding>) {
+fn record(o: Observed, saved: &mut Saved, copy: Option<&'static crate::copies::Copy>) {
     let kernel = match o {
         Observed::HipLaunchKernel
         | Observed::HipLaunchKernelSpt
@@ -294,7 +312,7 @@ fn record(o: Observed, saved: &mut Saved, binding: Option<&'static crate::bindin
             saved.rcx = crate::queues::wrap(saved.rcx, saved.rdi as u64);
             // The runtime is open when it creates a queue (it runs this under its own locks;
             // `fault::watch` asks the loader nothing).
-            if let Some(c) = binding.and_then(|b| b.copy) {
+            if let Some(c) = copy {
                 crate::fault::watch(c);
             }
             return;
@@ -307,7 +325,7 @@ fn record(o: Observed, saved: &mut Saved, binding: Option<&'static crate::bindin
     }
     // A launch, before the runtime is entered: the ROCr behind it is registered with if it is
     // open (else at the runtime's queue creation, or after its next served hooked call).
-    if let Some(c) = binding.and_then(|b| b.copy) {
+    if let Some(c) = copy {
         crate::fault::watch(c);
     }
 }
