@@ -1,6 +1,7 @@
 //! The HIP runtime copies the process's calls reach: each one's own functions, its version
 //! and its devices, which belong to the copy they came from (two copies may be different
-//! ROCm releases). Found when a binding first leads to them, kept in a fixed lock-free
+//! ROCm releases), and what the fault handler needs later without asking the loader (its
+//! ROCr's functions, its segments, where its `hsa_queue_create` calls go). Found when a binding first leads to them, kept in a fixed lock-free
 //! table. Each fact is asked once, by the first thread that needs it; another thread waits
 //! for the answer at most `PATIENCE` and then forwards its call unchanged, because a
 //! runtime query can take the loader's lock, which the waiting thread might hold.
