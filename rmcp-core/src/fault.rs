@@ -148,6 +148,12 @@ pub struct Fault {
     pub kernels: Vec<Kernel>,
     /// Launches recorded in all (how many the ring saw, beyond those listed).
     pub launches_total: u64,
+    /// The kernels put into HIP graphs in this process, each with the call that showed it
+    /// (`via`: `hipStreamBeginCapture` for a launch during a stream capture, else the call
+    /// that took its kernel node parameters). Said when a graph launch is listed.
+    pub graph_kernels: Vec<Kernel>,
+    /// Kernels put into graphs that were not kept (the table was full).
+    pub graph_kernels_dropped: u64,
     /// More than one GPU in the process's topology: the launches are not told apart by GPU.
     pub several_gpus: bool,
     /// HSA_OVERRIDE_GFX_VERSION (or `_<node>`) as the process holds it.
@@ -263,6 +269,42 @@ pub fn override_remedy(real: Gfx) -> Vec<String> {
         _ => {}
     }
     out
+}
+
+/// What is known of the kernels a graph launch ran: those put into graphs in the process.
+fn graph_lines(f: &Fault, out: &mut Vec<String>) {
+    if f.graph_kernels.is_empty() {
+        out.push(
+            "  graph kernels: none recorded (rmcp saw no launch during a stream capture and no \
+             kernel node parameters; a graph made with hipGraphAddNode, cloned or loaded \
+             otherwise is not seen)"
+                .into(),
+        );
+        return;
+    }
+    out.push(format!(
+        "  a graph launch runs its kernels without a launch call each; the kernels put into \
+         graphs in this process ({} kernel{}{}; which graph holds which is not recorded):",
+        f.graph_kernels.len(),
+        if f.graph_kernels.len() == 1 { "" } else { "s" },
+        if f.graph_kernels_dropped > 0 {
+            format!(" listed, {} more not kept", f.graph_kernels_dropped)
+        } else {
+            String::new()
+        }
+    ));
+    for k in &f.graph_kernels {
+        let how = if k.via == "hipStreamBeginCapture" {
+            "launched during a stream capture".to_string()
+        } else {
+            format!("given to {}", k.via)
+        };
+        out.push(format!(
+            "    {} in {}, {how}",
+            k.name.as_deref().unwrap_or("(name not recorded)"),
+            k.library.as_deref().unwrap_or("unknown library"),
+        ));
+    }
 }
 
 /// The block: lines without a prefix or newline (the shim's logger adds both).
@@ -406,6 +448,12 @@ pub fn render(f: &Fault) -> Vec<String> {
                 k.thread
             ));
         }
+        if f.kernels
+            .iter()
+            .any(|k| k.via.starts_with("hipGraphLaunch"))
+        {
+            graph_lines(f, &mut out);
+        }
     }
 
     // What rmcp knows.
@@ -478,6 +526,8 @@ mod tests {
             place: Place::Outside,
             kernels: vec![],
             launches_total: 0,
+            graph_kernels: vec![],
+            graph_kernels_dropped: 0,
             several_gpus: false,
             override_value: None,
             mode: "auto".into(),
@@ -647,6 +697,74 @@ mod tests {
                     "PCIe atomics: NOT supported",
                 ],
                 &[],
+            ),
+            (
+                "a graph launch names the kernels put into graphs",
+                |f| {
+                    f.kernels = vec![Kernel {
+                        name: Some("a graph (hipGraphExec_t 0x5000)".into()),
+                        library: Some("/opt/app/app".into()),
+                        via: "hipGraphLaunch",
+                        thread: 42,
+                    }];
+                    f.launches_total = 3;
+                    f.graph_kernels = vec![
+                        Kernel {
+                            name: Some("_Z4fillPi".into()),
+                            library: Some("/opt/app/app".into()),
+                            via: "hipStreamBeginCapture",
+                            thread: 0,
+                        },
+                        Kernel {
+                            name: Some("_Z4pokePi".into()),
+                            library: Some("/opt/app/app".into()),
+                            via: "hipGraphAddKernelNode",
+                            thread: 0,
+                        },
+                    ];
+                    f.graph_kernels_dropped = 4;
+                },
+                &[
+                    "    a graph (hipGraphExec_t 0x5000) in /opt/app/app via hipGraphLaunch (thread 0x2a)",
+                    "the kernels put into graphs in this process (2 kernels listed, 4 more not kept; which graph holds which is not recorded):",
+                    "    _Z4fillPi in /opt/app/app, launched during a stream capture",
+                    "    _Z4pokePi in /opt/app/app, given to hipGraphAddKernelNode",
+                ],
+                &["graph kernels: none recorded"],
+            ),
+            (
+                "a graph launch with no kernel known",
+                |f| {
+                    f.kernels = vec![Kernel {
+                        name: Some("a graph (hipGraphExec_t 0x5000)".into()),
+                        library: None,
+                        via: "hipGraphLaunch_spt",
+                        thread: 42,
+                    }];
+                    f.launches_total = 1;
+                },
+                &["graph kernels: none recorded (rmcp saw no launch during a stream capture"],
+                &["put into graphs in this process"],
+            ),
+            (
+                "kernels in graphs are not said without a graph launch",
+                |f| {
+                    f.kernels = vec![Kernel {
+                        name: Some("_Z4fillPi".into()),
+                        library: None,
+                        via: "hipLaunchKernel",
+                        thread: 42,
+                    }];
+                    f.launches_total = 1;
+                    f.graph_kernels = vec![Kernel {
+                        name: Some("_Z4pokePi".into()),
+                        library: None,
+                        via: "hipGraphAddKernelNode",
+                        thread: 0,
+                    }];
+                },
+                &["_Z4fillPi"],
+                &["_Z4pokePi", "graph"],
             ),
             (
                 "unknown GPU and reasons",

@@ -221,8 +221,9 @@ pub fn attach() -> bool {
             b" is not the body this librmcp_shim.so was built with",
         ]);
     }
-    // SAFETY: the body filled every field (rc 0), each with a valid value of its type.
-    let body = unsafe { body.assume_init() };
+    // SAFETY: the body filled every field (rc 0), each with a valid value of its type. Read
+    // in place: a copy of the struct would be a `memcpy` call, which the front does not link.
+    let body = unsafe { body.assume_init_ref() };
     if body.abi != abi::ABI || body.size != Body::<HOOKS>::SIZE || body.hooks as usize != HOOKS {
         return fail(&[
             path.to_bytes(),
@@ -237,7 +238,7 @@ pub fn attach() -> bool {
     DEEPBIND_SEEN.store(body.deepbind_seen as *mut c_void, Ordering::Release);
     VLOOKUP.store(body.vlookup as *mut c_void, Ordering::Release);
     LOOKUP.store(body.lookup as *mut c_void, Ordering::Release);
-    for (slot, entry) in crate::ENTRIES.iter().zip(body.entries) {
+    for (slot, entry) in crate::ENTRIES.iter().zip(body.entries.iter().copied()) {
         slot.store(entry.cast_mut(), Ordering::Release);
     }
     STATE.store(ATTACHED, Ordering::Release);

@@ -1,6 +1,7 @@
 //! The HIP runtime copies the process's calls reach: each one's own functions, its version
 //! and its devices, which belong to the copy they came from (two copies may be different
-//! ROCm releases). Found when a binding first leads to them, kept in a fixed lock-free
+//! ROCm releases), and what the fault handler needs later without asking the loader (its
+//! ROCr's functions, its segments, where its `hsa_queue_create` calls go). Found when a binding first leads to them, kept in a fixed lock-free
 //! table. Each fact is asked once, by the first thread that needs it; another thread waits
 //! for the answer at most `PATIENCE` and then forwards its call unchanged, because a
 //! runtime query can take the loader's lock, which the waiting thread might hold.
@@ -41,6 +42,30 @@ pub(crate) struct Copy {
     generation: AtomicU64,
     /// Whether its ROCr has the fault handler (`fault::watch`'s state; 0: not tried).
     pub(crate) watched: std::sync::atomic::AtomicU8,
+    /// How often its ROCr said it was not open yet (`fault::watch`).
+    pub(crate) watch_tries: std::sync::atomic::AtomicU8,
+    /// Its own ROCr's functions that the fault handler needs, found with its other functions
+    /// (so registering the handler later asks the loader nothing).
+    pub(crate) rocr: RocrApi,
+    /// Its `PT_LOAD` segments, (start, end): [`containing`] finds the copy of a return
+    /// address without asking the loader.
+    segments: Vec<(usize, usize)>,
+    /// What its own calls of `hsa_queue_create` reach without the shim (the next definition
+    /// after the shim in the global scope, else the one in its own tree; 0: none found):
+    /// where `observed` sends them without asking the loader inside the runtime's locks.
+    pub(crate) queue_create: usize,
+}
+
+/// The ROCr functions the fault handler uses, as the runtime copy's own dependency tree
+/// binds them (0: not there). Addresses only: `fault` calls them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RocrApi {
+    /// `hsa_amd_register_system_event_handler`.
+    pub(crate) register: usize,
+    /// `hsa_amd_pointer_info`.
+    pub(crate) pointer_info: usize,
+    /// `hsa_agent_get_info`.
+    pub(crate) agent_info: usize,
 }
 
 /// The devices of a copy and what they mean on a machine whose GPUs are partly affected.
@@ -125,13 +150,38 @@ fn of_object(object: &LoadedObject) -> Option<&'static Copy> {
 fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
     let glibc = crate::front::glibc_dlsym();
     let api = crate::front::with_handle(object, |h| {
-        HipApi::resolve(|name| {
+        let find = |name: &std::ffi::CStr| {
             // SAFETY: `h` is a live dlopen handle; `name` is NUL-terminated. The copy's own
             // search list starts with the copy.
             unsafe { glibc(h, name.as_ptr()) }
-        })
+        };
+        let api = HipApi::resolve(&find);
+        let rocr = RocrApi {
+            register: find(c"hsa_amd_register_system_event_handler") as usize,
+            pointer_info: find(c"hsa_amd_pointer_info") as usize,
+            agent_info: find(c"hsa_agent_get_info") as usize,
+        };
+        let own = crate::front::observed_export(rmcp_core::registry::Observed::HsaQueueCreate);
+        let global = crate::front::next(c"hsa_queue_create".as_ptr()) as usize;
+        let queue_create = match global {
+            0 => Some(find(c"hsa_queue_create") as usize).filter(|&p| p != own),
+            p => Some(p),
+        }
+        .unwrap_or(0);
+        (api, rocr, queue_create)
     })
     .unwrap_or_default();
+    let (api, rocr, queue_create) = api;
+    // The loader's walk, unless the loader must not be asked (a fork child of a parent
+    // inside dlopen: `with_handle` answered None above for the same reason).
+    let segments = if crate::front::loader_inconsistent() {
+        Vec::new()
+    } else {
+        locate::mapping_with_imports(object.base, &|_| false)
+            .filter(|m| m.name == object.name)
+            .map(|m| m.segments)
+            .unwrap_or_default()
+    };
     let path = std::fs::canonicalize(&object.name).map_or_else(
         |_| object.name.clone(),
         |p| p.to_string_lossy().into_owned(),
@@ -146,7 +196,22 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
         announced: AtomicBool::new(false),
         generation: AtomicU64::new(generation),
         watched: std::sync::atomic::AtomicU8::new(0),
+        watch_tries: std::sync::atomic::AtomicU8::new(0),
+        rocr,
+        segments,
+        queue_create,
     }
+}
+
+/// The copy whose code holds `addr`, from the segments kept when each copy was found: no
+/// loader call (for `hsa_queue_create`, which runtimes call under their own locks). None
+/// when no copy of the current generation of loaded objects holds it.
+pub(crate) fn containing(addr: usize) -> Option<&'static Copy> {
+    let now = crate::front::generation();
+    all().find(|c| {
+        c.generation.load(Ordering::Acquire) == now
+            && c.segments.iter().any(|&(s, e)| addr >= s && addr < e)
+    })
 }
 
 impl Copy {

@@ -60,22 +60,12 @@ pub(crate) extern "C" fn lookup(handle: *mut c_void, symbol: *const c_char, ret:
     let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
     let Some(hook) = Hook::from_name(name) else {
         if let Some(o) = rmcp_core::registry::Observed::from_name(name) {
-            // An observed function: the answer without the shim; the front's export when
-            // that is the function the global scope binds after the shim (what a caller
-            // linked against the runtime reaches through the export), so that its launches
-            // are recorded as a linked caller's are. Any other answer is left as it is.
+            // An observed function: the answer without the shim, or an entry that records
+            // the call and reaches exactly that function (`handout::for_observed_lookup`).
             let own = front::observed_export(o);
             return catch_unwind(|| {
                 let (found, sees_own) = without_shim(handle, symbol, own, ret);
-                let value = if own != 0
-                    && !found.is_null()
-                    && found == front::next(symbol)
-                    && binding::is_runtime_function(found as usize)
-                {
-                    own as *mut c_void
-                } else {
-                    found
-                };
+                let value = handout::for_observed_lookup(o, symbol, found, ret);
                 settle(handle, symbol, ret, found, sees_own, value)
             })
             .unwrap_or(Answer::NEXT);

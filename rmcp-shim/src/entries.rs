@@ -1,6 +1,7 @@
-//! The addresses of the body's entry points, which `exports` defines in assembly: each
-//! hook's ordinary entry ([`entry`], what the front's export jumps to) and its
-//! [`COPY_ENTRIES`] per-copy entries ([`copy_entry`], what `handout` hands out). The labels
+//! The addresses of the body's entry points, which `exports` and `observed` define in
+//! assembly: each hook's ordinary entry ([`entry`], what the front's export jumps to) and its
+//! [`COPY_ENTRIES`] per-copy entries ([`copy_entry`], what `handout` hands out), and each
+//! observed function's per-copy entries ([`observed_copy_entry`]). The labels
 //! are named here and nowhere else ([`entry_label!`], [`copy_entries_label!`]), so that the
 //! modules which hand these addresses out need not import the hooks' bodies (which import
 //! them). Imports no module of this crate.
@@ -87,6 +88,47 @@ macro_rules! labels {
 
 rmcp_sys::hooked_functions!(labels);
 
+/// The label of an observed function's first per-copy entry; entry `k` is
+/// `COPY_ENTRY_SIZE * k` past it (`observed` defines them).
+macro_rules! observed_copies_label {
+    ($name:ident) => {
+        concat!("rmcp_body_observed_copies_", stringify!($name))
+    };
+}
+pub(crate) use observed_copies_label;
+
+macro_rules! observed_labels {
+    ($( $(#[$doc:meta])* $name:ident = $variant:ident, $($word:ident)+ ; )*) => {
+        mod observed_copy_entries {
+            unsafe extern "C" {
+                $(
+                    #[link_name = observed_copies_label!($name)]
+                    pub(super) fn $name();
+                )*
+            }
+        }
+
+        /// The per-copy entry `slot` (below [`COPY_ENTRIES`]) for the observed function `o`:
+        /// calls through it reach slot `slot`'s copy's own `o` and are recorded
+        /// (`handout`, `observed`).
+        pub(crate) fn observed_copy_entry(
+            o: rmcp_core::registry::Observed,
+            slot: usize,
+        ) -> Option<*const c_void> {
+            if slot >= COPY_ENTRIES {
+                return None;
+            }
+            let first = match o {
+                $( rmcp_core::registry::Observed::$variant =>
+                    observed_copy_entries::$name as *const c_void, )*
+            };
+            Some(first.wrapping_byte_add(slot * COPY_ENTRY_SIZE))
+        }
+    };
+}
+
+rmcp_sys::observed_functions!(observed_labels);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +152,21 @@ mod tests {
             }
             assert!(copy_entry(hook, COPY_ENTRIES).is_none());
             assert!(!all.contains(&(entry(hook) as usize)));
+        }
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn every_observed_function_has_distinct_copy_entries() {
+        let mut all = Vec::new();
+        for (o, _) in rmcp_core::registry::OBSERVED {
+            for k in 0..COPY_ENTRIES {
+                all.push(observed_copy_entry(o, k).unwrap() as usize);
+            }
+            assert!(observed_copy_entry(o, COPY_ENTRIES).is_none());
         }
         let n = all.len();
         all.sort();

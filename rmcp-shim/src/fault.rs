@@ -1,7 +1,8 @@
 //! The fault handler: when the GPU faults, say why, before the runtime's own message. It owns
-//! the registration of one ROCr system event handler per ROCr copy in the process ([`watch`],
-//! after the runtime is open: on a launch or a queue creation, never on an allocation's
-//! path) and the report of a VM fault
+//! the registration of one ROCr system event handler per ROCr copy in the process ([`watch`]:
+//! after the first hooked call the runtime served, which opens ROCr, and at a launch or a
+//! queue creation; so before the program's first GPU work, be it a copy or a kernel) and the
+//! report of a VM fault
 //! (ROCr's `HSA_AMD_GPU_MEMORY_FAULT_EVENT`) or a queue error (`queues`' wrappers call
 //! [`queue_error`]). It reads, at fault time only: ROCr's answers about the agent and the
 //! address (`hsa_agent_get_info`, `hsa_amd_pointer_info`: safe on ROCr's event thread, no HIP
@@ -17,11 +18,13 @@
 //! after the block. Everything here runs under `catch_unwind`; a fact that cannot be had is
 //! left out, never waited for. At most [`BLOCKS`] blocks per process.
 //!
-//! ROCr copies: the registration function is looked up in the runtime copy's own dependency
-//! tree (a `dlopen(RTLD_NOLOAD)` handle of the HIP runtime copy), never by `RTLD_NEXT` alone;
-//! two HIP copies on one ROCr register once. At most [`ROCRS`] ROCr copies are watched.
+//! ROCr copies: the registration function is the one the runtime copy's own dependency tree
+//! binds, found with the copy's other functions when the copy is first bound (`copies`),
+//! never by `RTLD_NEXT` alone; registering asks the loader nothing, so it can happen inside
+//! the runtime's own calls and under the loader's lock. Two HIP copies on one ROCr register
+//! once. At most [`ROCRS`] ROCr copies are watched.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
 
 use rmcp_core::fault::{Allocation, Fault, Gpu, Made, Place, What};
@@ -92,23 +95,27 @@ const DONE: u8 = 2;
 const KNOWN: u8 = 3;
 
 /// Makes sure the ROCr behind runtime copy `c` has rmcp's handler: one load once it has.
-/// `loader`: whether the loader may be asked (dlopen, dlsym) to find the ROCr's functions.
-/// Not inside the runtime's own calls (a queue creation runs under ROCr's and HIP's locks,
-/// and another thread may hold the loader's lock while waiting for them): there only a ROCr
-/// found before (at a launch, before the runtime is entered) is registered with.
+/// Asks the loader nothing (the copy's ROCr functions were found with its other functions,
+/// `copies`), so it may run anywhere the shim runs: at a launch before the runtime is
+/// entered, inside the runtime's queue creation, and after any hooked call the runtime
+/// served (`intercept`), which is the first moment ROCr is surely open in a process whose
+/// first GPU work is a copy. A ROCr that is not open yet is asked again at most [`TRIES`]
+/// times in all, so a runtime that never opens it costs nothing after that.
 #[inline(always)]
-pub(crate) fn watch(c: &Copy, loader: bool) {
+pub(crate) fn watch(c: &Copy) {
     if c.watched.load(Ordering::Relaxed) != DONE {
-        try_watch(c, loader);
+        try_watch(c);
     }
 }
 
+/// Times a copy's ROCr is asked to register before rmcp stops asking (ROCr not open).
+pub(crate) const TRIES: u8 = 32;
+
 #[cold]
-fn try_watch(c: &Copy, loader: bool) {
+fn try_watch(c: &Copy) {
     let state = c.watched.load(Ordering::Acquire);
     if state == BUSY
         || state == DONE
-        || (state < KNOWN && !loader)
         || c.watched
             .compare_exchange(state, BUSY, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
@@ -124,6 +131,7 @@ fn try_watch(c: &Copy, loader: bool) {
         None => DONE,
         Some((k, r)) => match register(r, k) {
             Some(true) => DONE,
+            Some(false) if c.watch_tries.fetch_add(1, Ordering::Relaxed) + 1 >= TRIES => DONE,
             Some(false) => KNOWN + k as u8,
             None => DONE,
         },
@@ -133,19 +141,11 @@ fn try_watch(c: &Copy, loader: bool) {
 
 /// Finds (or claims) the ROCr slot of copy `c`'s own ROCr. None: none found.
 fn find_rocr(c: &Copy) -> Option<usize> {
-    let at = c.api.hipMalloc.map(|f| f as usize).unwrap_or(c.base);
-    let object = rmcp_sys::locate::loaded_object(at)?;
-    let (register, pointer_info, agent_info) = crate::front::with_handle(&object, |h| {
-        let find = |name: &CStr| {
-            // SAFETY: a live handle (with_handle) and a NUL-terminated name.
-            unsafe { crate::front::glibc_dlsym()(h, name.as_ptr()) as usize }
-        };
-        (
-            find(c"hsa_amd_register_system_event_handler"),
-            find(c"hsa_amd_pointer_info"),
-            find(c"hsa_agent_get_info"),
-        )
-    })?;
+    let crate::copies::RocrApi {
+        register,
+        pointer_info,
+        agent_info,
+    } = c.rocr;
     if register == 0 {
         return None;
     }
@@ -312,6 +312,7 @@ fn gather(
         .iter()
         .map(crate::launches::describe)
         .collect();
+    let (graph_kernels, graph_kernels_dropped) = crate::graphs::kernels();
     let rewritten = rmcp_core::registry::HOOKS
         .iter()
         .map(|(h, _)| crate::stats::counts(*h).rewritten)
@@ -323,6 +324,8 @@ fn gather(
         place,
         kernels,
         launches_total: crate::launches::total(),
+        graph_kernels,
+        graph_kernels_dropped,
         several_gpus: topology.as_ref().is_some_and(|t| t.gpus.len() > 1),
         override_value: node.and_then(crate::report::override_now),
         mode: cfg.mode.as_str().to_string(),
@@ -498,6 +501,11 @@ fn to_json(f: &Fault) -> serde_json::Value {
             "thread": format!("{:#x}", k.thread),
         })).collect::<Vec<_>>(),
         "launches": f.launches_total,
+        "graph_kernels": f.graph_kernels.iter().map(|k| serde_json::json!({
+            "name": k.name,
+            "library": k.library,
+            "via": k.via,
+        })).collect::<Vec<_>>(),
         "override": f.override_value,
         "mode": f.mode,
         "rewritten": f.rewritten,

@@ -15,6 +15,10 @@
 //!   rewritten with that copy's functions, version and devices ([`for_slot`]).
 //! - Past the slots, or when the copy's own function is not what the lookup found, the
 //!   runtime's own function comes back, unrewritten, and one line says so.
+//! - An observed function (a launch, a graph call: `observed`) follows the same two rules
+//!   ([`substitute_observed`]): the front's export, else the copy's per-copy observed entry
+//!   in the same slot, so that launches through a pointer from `dlsym` on an RTLD_LOCAL
+//!   handle or from `hipGetProcAddress` are recorded.
 //!
 //! A caller no rule places (code outside every object calling the front's export) reaches
 //! what the loader would have bound: the global scope after the shim, else the first
@@ -24,12 +28,12 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-use rmcp_core::registry::Hook;
+use rmcp_core::registry::{Hook, Observed};
 use rmcp_sys::HipApi;
 
 use crate::binding::Binding;
 use crate::copies::{self, Copy};
-use crate::entries::{COPY_ENTRIES, copy_entry};
+use crate::entries::{COPY_ENTRIES, copy_entry, observed_copy_entry};
 use crate::once::Published;
 
 /// One per-copy entry slot: the copy its entries reach, and the binding calls through them
@@ -103,6 +107,65 @@ pub(crate) fn substitute(hook: Hook, name: &CStr, got: usize) -> Option<usize> {
         return None;
     };
     copy_entry(hook, k).map(|p| p as usize)
+}
+
+/// What a caller is handed for the observed function `o` (a launch, a graph call) in place
+/// of `got`, a HIP runtime's own function that a lookup found by `name`: the front's export
+/// when the global scope binds `got` after the shim (as a linked caller reaches it), else the
+/// copy's own per-copy observed entry, whose calls reach `got` and are recorded, whoever
+/// makes them. None: `got` itself (not the copy's own function, `hsa_queue_create`, or past
+/// the slots). The lookup's other rules (the mode, exemption) are the caller's.
+pub(crate) fn substitute_observed(o: Observed, name: &CStr, got: usize) -> Option<usize> {
+    if o == Observed::HsaQueueCreate {
+        return None;
+    }
+    if crate::front::next(name.as_ptr()) as usize == got {
+        let export = crate::front::observed_export(o);
+        return (export != 0).then_some(export);
+    }
+    let copy = copies::of_function(got)?;
+    if copy.api.address_of(o.name()) != Some(got) {
+        return None;
+    }
+    let k = slot_of(copy)?;
+    observed_copy_entry(o, k).map(|p| p as usize)
+}
+
+/// What `dlsym` answers for the observed function `o` whose answer without the shim is
+/// `found` (`ret`: the caller): the front's export when that is the function the global
+/// scope binds after the shim (what a caller linked against the runtime reaches through the
+/// export); a runtime copy's own function found on a handle (an RTLD_LOCAL runtime), its
+/// per-copy observed entry, unless RMCP_HOOK_DLSYM=0 or the caller is exempt. Anything else
+/// (NULL, another library's function) is `found` itself.
+pub(crate) fn for_observed_lookup(
+    o: Observed,
+    symbol: *const std::ffi::c_char,
+    found: *mut std::ffi::c_void,
+    ret: usize,
+) -> *mut std::ffi::c_void {
+    if found.is_null() || !crate::binding::is_runtime_function(found as usize) {
+        return found;
+    }
+    let own = crate::front::observed_export(o);
+    if own != 0 && found == crate::front::next(symbol) {
+        return own as *mut std::ffi::c_void;
+    }
+    let cfg = crate::state::config();
+    if !cfg.hook_dlsym
+        || (!cfg.exempt.is_empty()
+            && crate::binding::for_caller(ret, cfg).is_some_and(|b| b.exempt))
+    {
+        return found;
+    }
+    // SAFETY: dlsym's contract: a NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) };
+    match substitute_observed(o, name, found as usize) {
+        Some(mine) => {
+            tracing::debug!("dlsym({}): handing back rmcp's recording entry", o.name());
+            mine as *mut std::ffi::c_void
+        }
+        None => found,
+    }
 }
 
 /// The binding of a call no calling object places (see the module documentation). Built

@@ -234,6 +234,14 @@ fn decide_and_call<const COPY: bool>(
             beyond_reach(&facts, call.hook, "coherent");
         }
         crate::report::after_call(global, binding);
+        // The runtime served a call: its ROCr is open now, before any GPU work of the
+        // caller's (a copy may be the first), and this thread holds none of the runtime's
+        // locks. Registering asks the loader nothing (`fault::watch`).
+        if rc == error::SUCCESS {
+            if let Some(c) = binding.copy {
+                crate::fault::watch(c);
+            }
+        }
     }));
     rc
 }
@@ -454,14 +462,20 @@ pub(crate) unsafe fn substitute_proc_address(
     let Some(global) = state::global_if_built() else {
         return;
     };
-    if !policy::substitute_proc_address(global.rules.mode) {
-        return;
-    }
     // SAFETY: per this function's contract.
     let (name, got) = unsafe { (CStr::from_ptr(symbol), *pfn) };
     let Some(hook) = Hook::from_name(name.to_bytes()) else {
+        if !got.is_null() {
+            // SAFETY: per this function's contract.
+            unsafe { substitute_observed_proc_address(resolver, name, pfn, caller, global) };
+            // Its lookups are the shim's own: they leave no dlerror() message behind.
+            crate::dlerror::clear();
+        }
         return;
     };
+    if !policy::substitute_proc_address(global.rules.mode) {
+        return;
+    }
     if got.is_null() {
         return;
     }
@@ -496,4 +510,41 @@ fn substitute_for(
         return None;
     }
     handout::substitute(hook, name, got)
+}
+
+/// [`substitute_proc_address`] for a name that is not hooked: an observed function (a launch,
+/// a graph call) found in a runtime copy comes back as an entry that records it and goes on
+/// to exactly that function (`handout::substitute_observed`), in every mode (observing
+/// changes nothing; RMCP_MODE=off still explains faults), unless the caller is exempt.
+///
+/// # Safety
+/// As [`substitute_proc_address`].
+unsafe fn substitute_observed_proc_address(
+    resolver: Hook,
+    name: &CStr,
+    pfn: *mut *mut c_void,
+    caller: Caller,
+    global: &Global,
+) {
+    let Some(o) = rmcp_core::registry::Observed::from_name(name.to_bytes()) else {
+        return;
+    };
+    // SAFETY: per this function's contract: the runtime succeeded and wrote `*pfn`.
+    let got = unsafe { *pfn };
+    if got.is_null() || !binding::is_runtime_function(got as usize) {
+        return;
+    }
+    if binding_of(caller, global.config).is_some_and(|b| b.exempt) {
+        return;
+    }
+    let Some(mine) = handout::substitute_observed(o, name, got as usize) else {
+        return;
+    };
+    // SAFETY: as above.
+    unsafe { *pfn = mine as *mut c_void };
+    tracing::debug!(
+        "{}({}): handing back rmcp's recording entry",
+        resolver.name(),
+        o.name()
+    );
 }

@@ -37,6 +37,8 @@ pub(crate) enum Kernel {
     Stub(usize),
     /// A `hipFunction_t` (hipModuleLaunchKernel and its kin).
     Function(usize),
+    /// A `hipGraphExec_t` (hipGraphLaunch): the kernels it runs are `graphs`'.
+    Graph(usize),
 }
 
 struct Entry {
@@ -45,7 +47,7 @@ struct Entry {
     kernel: AtomicUsize,
     caller: AtomicUsize,
     thread: AtomicUsize,
-    /// The `Observed` index, with 0x80 set for a `hipFunction_t`.
+    /// The `Observed` index, with 0x80 set for a `hipFunction_t`, 0x40 for a graph.
     via: AtomicU8,
 }
 
@@ -61,6 +63,8 @@ static LAUNCHES: [Entry; RING] = [const {
 static HEAD: AtomicU64 = AtomicU64::new(0);
 
 const FUNCTION_BIT: u8 = 0x80;
+const GRAPH_BIT: u8 = 0x40;
+const _: () = assert!(Observed::COUNT < GRAPH_BIT as usize);
 
 /// The calling thread's `pthread_t` (read from the thread pointer: no system call).
 #[inline(always)]
@@ -79,6 +83,7 @@ pub(crate) fn record(via: Observed, kernel: Kernel, caller: usize) {
     let (k, bit) = match kernel {
         Kernel::Stub(s) => (s, 0),
         Kernel::Function(f) => (f, FUNCTION_BIT),
+        Kernel::Graph(g) => (g, GRAPH_BIT),
     };
     e.kernel.store(k, Ordering::Relaxed);
     e.caller.store(caller, Ordering::Relaxed);
@@ -123,13 +128,16 @@ pub(crate) fn last(n: usize) -> Vec<Launch> {
         if e.seq.load(Ordering::Relaxed) != before {
             continue;
         }
-        let Some(&(o, _)) = rmcp_core::registry::OBSERVED.get(usize::from(via & !FUNCTION_BIT))
+        let Some(&(o, _)) =
+            rmcp_core::registry::OBSERVED.get(usize::from(via & !(FUNCTION_BIT | GRAPH_BIT)))
         else {
             continue;
         };
         out.push(Launch {
             kernel: if via & FUNCTION_BIT != 0 {
                 Kernel::Function(kernel)
+            } else if via & GRAPH_BIT != 0 {
+                Kernel::Graph(kernel)
             } else {
                 Kernel::Stub(kernel)
             },
@@ -316,6 +324,11 @@ pub(crate) fn describe(l: &Launch) -> rmcp_core::fault::Kernel {
             (name, object.map(|(_, path)| path))
         }
         Kernel::Function(f) => (function_name(f), library_of(l.caller)),
+        // A graph: named by its handle, from the library that launched it.
+        Kernel::Graph(g) => (
+            Some(format!("a graph (hipGraphExec_t {g:#x})")),
+            library_of(l.caller),
+        ),
     };
     rmcp_core::fault::Kernel {
         name,

@@ -25,16 +25,18 @@
 //! - `copies`: the runtime copies calls reach, with each one's version and devices;
 //! - `binding`: where each caller's calls go (the function it would have reached without
 //!   the shim), and whether it is exempt (RMCP_EXEMPT);
-//! - `launches`: the launch ring and the kernels' names; `allocations`: the record of the
-//!   allocations hooked calls made (both for the GPU fault report);
+//! - `launches`: the launch ring and the kernels' names; `graphs`: the kernels put into HIP
+//!   graphs (captured, or given as kernel nodes); `allocations`: the record of the
+//!   allocations hooked calls made (all for the GPU fault report);
 //! - `report`: the banner, the warnings of the first call and the exit report, with the
 //!   exit and fork hooks that make them;
 //! - `fault`: the GPU fault handler and the block it writes; `queues`: the wrapped error
 //!   callbacks of HSA queues, which hand a queue error to `fault`;
 //! - `handout`: what a lookup hands out in place of a runtime's function (the front's
 //!   export or a copy's own entry), and where a call no calling object places goes;
-//! - `observed`: the entries of the observed functions (launches, `__hipRegisterFunction`,
-//!   `hsa_queue_create`), which record one fact and go on untouched;
+//! - `observed`: the entries of the observed functions (launches, graph calls,
+//!   `__hipRegisterFunction`, `hsa_queue_create`), ordinary and per-copy, which record one
+//!   fact and go on untouched;
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
 //! - `module_load`: what the module-load hooks do with a code object (the load-time fix of
 //!   broken buffer descriptors);
@@ -63,6 +65,7 @@ mod devices;
 mod copies;
 mod binding;
 mod launches;
+mod graphs;
 mod allocations;
 mod report;
 mod fault;

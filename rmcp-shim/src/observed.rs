@@ -1,22 +1,27 @@
-//! The entries of the observed functions (`rmcp_sys::observed_functions!`): launches,
-//! `__hipRegisterFunction`, `hsa_queue_create`. Each entry saves the six argument registers
-//! and rax, calls [`observe`] with them and its row's index, restores them and jumps to the
-//! function `observe` returns, with the stack as the caller left it: whatever the function's
-//! arguments (dim3 structs, arguments on the stack), the callee receives the caller's own,
-//! and returns straight to the caller. `observe` finds where the call goes (the function the
+//! The entries of the observed functions (`rmcp_sys::observed_functions!`): launches, graph
+//! calls (`graphs`), `__hipRegisterFunction`, `hsa_queue_create`. Each entry saves the six
+//! argument registers and rax, calls [`observe`] with them and its row's index, restores them
+//! and jumps to the function `observe` returns, with the stack as the caller left it:
+//! whatever the function's arguments (dim3 structs, arguments on the stack), the callee
+//! receives the caller's own, and returns straight to the caller. `observe` finds where the call goes (the function the
 //! caller would have reached: `binding`, as for the hooked functions), records its fact
-//! (`launches`, `queues`) and, for `hsa_queue_create`, puts the wrapped callback in place of
+//! (`launches`, `graphs`, `queues`) and, for `hsa_queue_create`, puts the wrapped callback in place of
 //! the caller's (rcx).
 //!
 //! A launch costs the front's jump, this entry and `observe`'s binding lookup and ring
 //! record: no lock, no heap, no system call (`docs/performance.md`). A lookup by name of an
-//! observed function (`dlsym`, `hipGetProcAddress`) gets the runtime's own: such callers'
-//! launches are not in the ring.
+//! observed function (`dlsym`, `hipGetProcAddress`) that finds a runtime copy's own
+//! function gets the front's export when the global scope binds that function after the
+//! shim, else the copy's per-copy entry (`handout`): eight stubs per row that put the row
+//! and the copy's slot in r11 (which carries no argument) and jump to one common entry,
+//! which goes on to that copy's own function ([`observe_copy`]), so such callers' launches
+//! are recorded too.
 
 use std::ffi::c_void;
 
 use rmcp_core::registry::{OBSERVED, Observed};
 
+use crate::entries::{COPY_ENTRIES, COPY_ENTRY_SIZE, observed_copies_label};
 use crate::launches::{self, Kernel};
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -76,6 +81,26 @@ macro_rules! observed_entries {
                 observe = sym observe,
                 index = const Observed::$variant as u32,
             );
+            // The per-copy entries: entry k puts (row << 8) | k in r11 (no argument travels
+            // there) and jumps to the common per-copy entry; each fits COPY_ENTRY_SIZE.
+            core::arch::global_asm!(
+                ".pushsection .text",
+                ".p2align 4",
+                concat!(".globl ", observed_copies_label!($name)),
+                concat!(".hidden ", observed_copies_label!($name)),
+                concat!(".type ", observed_copies_label!($name), ", @function"),
+                concat!(observed_copies_label!($name), ":"),
+                ".irp k,0,1,2,3,4,5,6,7",
+                "mov r11d, ({index} << 8) | \\k",
+                "jmp rmcp_body_observed_copy_common",
+                // Pads to the next entry; the assembler fails if an entry is longer.
+                concat!(".org ", observed_copies_label!($name), " + {size} * (\\k + 1), 0xcc"),
+                ".endr",
+                concat!(".size ", observed_copies_label!($name), ", . - ", observed_copies_label!($name)),
+                ".popsection",
+                index = const Observed::$variant as u32,
+                size = const COPY_ENTRY_SIZE,
+            );
         )*
 
         mod entries {
@@ -122,6 +147,42 @@ macro_rules! observed_entries {
 
 rmcp_sys::observed_functions!(observed_entries);
 
+// The per-copy entries' `.irp` list names slots 0 to 7.
+const _: () = assert!(COPY_ENTRIES == 8);
+
+// The common per-copy entry: as an ordinary entry, with r11 (row << 8 | slot) in place of the
+// row's index.
+core::arch::global_asm!(
+    ".pushsection .text",
+    ".p2align 4",
+    ".globl rmcp_body_observed_copy_common",
+    ".hidden rmcp_body_observed_copy_common",
+    ".type rmcp_body_observed_copy_common, @function",
+    "rmcp_body_observed_copy_common:",
+    "push rdi",
+    "push rsi",
+    "push rdx",
+    "push rcx",
+    "push r8",
+    "push r9",
+    "push rax",
+    "mov rdi, rsp",
+    "mov esi, r11d",
+    "call {observe}",
+    "mov r11, rax",
+    "pop rax",
+    "pop r9",
+    "pop r8",
+    "pop rcx",
+    "pop rdx",
+    "pop rsi",
+    "pop rdi",
+    "jmp r11",
+    ".size rmcp_body_observed_copy_common, . - rmcp_body_observed_copy_common",
+    ".popsection",
+    observe = sym observe_copy,
+);
+
 /// hipErrorSharedObjectSymbolNotFound, for a call no function can be found for (as a hooked
 /// call would get; `__hipRegisterFunction` returns nothing and ignores it).
 extern "C" fn not_found() -> i32 {
@@ -151,6 +212,14 @@ extern "C" fn observe(saved: *mut Saved, index: u32) -> usize {
     let Some(&(o, _)) = OBSERVED.get(index as usize) else {
         return not_found as *const () as usize;
     };
+    if o == Observed::HsaQueueCreate {
+        if let Ok(Some((function, copy))) = std::panic::catch_unwind(|| queue_target(saved.ret)) {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                record(o, saved, Some(copy));
+            }));
+            return function;
+        }
+    }
     let Ok(found) = std::panic::catch_unwind(|| target(o, saved.ret)) else {
         return not_found as *const () as usize;
     };
@@ -158,30 +227,80 @@ extern "C" fn observe(saved: *mut Saved, index: u32) -> usize {
         return not_found as *const () as usize;
     };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        record(o, saved, binding);
+        record(o, saved, binding.and_then(|b| b.copy));
+    }));
+    function
+}
+
+/// Where a runtime copy's own `hsa_queue_create` call from `ret` goes, without asking the
+/// loader: a runtime creates its queues under its own locks, which a thread inside dlopen
+/// (holding the loader's lock) may be waiting for. Known once the copy was found (its first
+/// hooked or observed call, or a kernel's registration, all before its first queue); else
+/// None, and the call's binding is found as any other's.
+fn queue_target(ret: usize) -> Option<(usize, &'static crate::copies::Copy)> {
+    let c = crate::copies::containing(ret)?;
+    (c.queue_create != 0).then_some((c.queue_create, c))
+}
+
+/// Called by the per-copy entries (`handout` hands them out for a copy's observed function
+/// found by name): `code` is the row's index << 8 | the copy's slot. The call goes to that
+/// copy's own function, whoever makes it, and its fact is recorded. Never unwinds.
+extern "C" fn observe_copy(saved: *mut Saved, code: u32) -> usize {
+    // SAFETY: as in `observe`.
+    let saved = unsafe { &mut *saved };
+    let Some(&(o, _)) = OBSERVED.get((code >> 8) as usize) else {
+        return not_found as *const () as usize;
+    };
+    let slot = (code & 0xff) as usize;
+    let Ok(found) = std::panic::catch_unwind(|| {
+        let b = crate::handout::for_slot(slot)?;
+        Some((address(&b.api, o)?, b))
+    }) else {
+        return not_found as *const () as usize;
+    };
+    let Some((function, binding)) = found else {
+        return not_found as *const () as usize;
+    };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        record(o, saved, binding.copy);
     }));
     function
 }
 
 #[inline(always)]
-fn record(o: Observed, saved: &mut Saved, binding: Option<&'static crate::binding::Binding>) {
-    match o {
+fn record(o: Observed, saved: &mut Saved, copy: Option<&'static crate::copies::Copy>) {
+    let kernel = match o {
         Observed::HipLaunchKernel
         | Observed::HipLaunchKernelSpt
         | Observed::HipLaunchCooperativeKernel
         | Observed::HipLaunchCooperativeKernelSpt
-        | Observed::HipExtLaunchKernel => {
-            launches::record(o, Kernel::Stub(saved.rdi), saved.ret);
-        }
-        Observed::HipLaunchKernelExC => launches::record(o, Kernel::Stub(saved.rsi), saved.ret),
+        | Observed::HipExtLaunchKernel => Kernel::Stub(saved.rdi),
+        Observed::HipLaunchKernelExC => Kernel::Stub(saved.rsi),
         Observed::HipModuleLaunchKernel
         | Observed::HipExtModuleLaunchKernel
         | Observed::HipHccModuleLaunchKernel
-        | Observed::HipModuleLaunchCooperativeKernel => {
-            launches::record(o, Kernel::Function(saved.rdi), saved.ret);
+        | Observed::HipModuleLaunchCooperativeKernel => Kernel::Function(saved.rdi),
+        Observed::HipDrvLaunchKernelEx => Kernel::Function(saved.rsi),
+        Observed::HipGraphLaunch | Observed::HipGraphLaunchSpt => Kernel::Graph(saved.rdi),
+        Observed::HipStreamBeginCapture | Observed::HipStreamBeginCaptureSpt => {
+            crate::graphs::begin_capture(saved.rdi);
+            return;
         }
-        Observed::HipDrvLaunchKernelEx => {
-            launches::record(o, Kernel::Function(saved.rsi), saved.ret);
+        Observed::HipStreamEndCapture | Observed::HipStreamEndCaptureSpt => {
+            crate::graphs::end_capture(saved.rdi);
+            return;
+        }
+        Observed::HipGraphAddKernelNode => {
+            crate::graphs::node_params(o, saved.r8);
+            return;
+        }
+        Observed::HipGraphKernelNodeSetParams => {
+            crate::graphs::node_params(o, saved.rsi);
+            return;
+        }
+        Observed::HipGraphExecKernelNodeSetParams => {
+            crate::graphs::node_params(o, saved.rdx);
+            return;
         }
         Observed::HipRegisterFunction => {
             // At load, before the runtime is open: nothing to watch yet.
@@ -191,17 +310,22 @@ fn record(o: Observed, saved: &mut Saved, binding: Option<&'static crate::bindin
         Observed::HsaQueueCreate => {
             // (agent, size, type, callback, data, ...): the agent is a one-word struct.
             saved.rcx = crate::queues::wrap(saved.rcx, saved.rdi as u64);
-            // The runtime is open when it creates a queue; it runs this under its own
-            // locks, so no loader call here (`fault::watch`).
-            if let Some(c) = binding.and_then(|b| b.copy) {
-                crate::fault::watch(c, false);
+            // The runtime is open when it creates a queue (it runs this under its own locks;
+            // `fault::watch` asks the loader nothing).
+            if let Some(c) = copy {
+                crate::fault::watch(c);
             }
             return;
         }
+    };
+    launches::record(o, kernel, saved.ret);
+    // A launch while a stream is being captured goes into a graph (one load otherwise).
+    if crate::graphs::capturing() {
+        crate::graphs::captured(kernel);
     }
-    // A launch, before the runtime is entered: the ROCr behind it is found (and registered
-    // with once it is open).
-    if let Some(c) = binding.and_then(|b| b.copy) {
-        crate::fault::watch(c, true);
+    // A launch, before the runtime is entered: the ROCr behind it is registered with if it is
+    // open (else at the runtime's queue creation, or after its next served hooked call).
+    if let Some(c) = copy {
+        crate::fault::watch(c);
     }
 }

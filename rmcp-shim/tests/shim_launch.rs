@@ -99,3 +99,48 @@ int main(void) {
     );
     assert_eq!(go(true), without);
 }
+
+/// A launch function looked up with `dlsym` on an RTLD_LOCAL handle, or through that
+/// runtime's `hipGetProcAddress` (issue 35): the caller gets the shim's per-copy entry for
+/// that runtime copy (so the launch is recorded), and a call through it reaches the
+/// runtime's function with every argument unchanged.
+#[test]
+fn a_launch_through_a_local_handles_pointer_reaches_the_runtime_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("local_launch");
+    let out = Command::new("cc")
+        .arg(repo().join("tests/c/local_launch.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-ldl")
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "{out:?}");
+    let run = |preload: bool, how: &str| {
+        let mut cmd = Command::new(&exe);
+        cmd.arg(fake_dir(6).join("libamdhip64.so.6"))
+            .arg(how)
+            .env("RMCP_SYSFS_ROOT", fixture("rdna1"))
+            .env("FAKEHIP_DEVICES", "0000:03:00.0")
+            .env_remove("LD_PRELOAD")
+            .env_remove("RMCP_LOG");
+        if preload {
+            cmd.env("LD_PRELOAD", shim());
+        }
+        let out = cmd.output().expect("run local_launch");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for how in ["dlsym", "proc"] {
+        let without = run(false, how);
+        let with = run(true, how);
+        let rc = |s: &str| s.lines().next().unwrap_or_default().to_string();
+        assert!(without.contains("in=libamdhip64.so.6"), "{how}: {without}");
+        assert_ne!(rc(&without), "rc=0", "the digest of non-zero arguments");
+        assert_eq!(rc(&with), rc(&without), "{how}: {with}");
+        assert!(
+            with.contains("in=librmcp_shim_body.so"),
+            "{how}: the shim's per-copy entry: {with}"
+        );
+    }
+}

@@ -144,6 +144,27 @@ macro_rules! observed_functions {
             /// `hipDrvLaunchKernelEx(const HIP_LAUNCH_CONFIG *, hipFunction_t, void **,
             /// void **)` (hip_6.2): the function is the second argument (rsi).
             hipDrvLaunchKernelEx = HipDrvLaunchKernelEx, launch function_second;
+            /// `hipGraphLaunch(hipGraphExec_t, hipStream_t)`: a graph's kernels run without a
+            /// launch call of their own. Records the executable graph (rdi).
+            hipGraphLaunch = HipGraphLaunch, launch graph;
+            /// The per-thread-default-stream form.
+            hipGraphLaunch_spt = HipGraphLaunchSpt, launch graph;
+            /// `hipStreamBeginCapture(hipStream_t, hipStreamCaptureMode)`: launches on the
+            /// stream go into a graph until hipStreamEndCapture. Records the stream (rdi).
+            hipStreamBeginCapture = HipStreamBeginCapture, capture begin;
+            hipStreamBeginCapture_spt = HipStreamBeginCaptureSpt, capture begin;
+            /// `hipStreamEndCapture(hipStream_t, hipGraph_t *)`. Records the stream (rdi).
+            hipStreamEndCapture = HipStreamEndCapture, capture end;
+            hipStreamEndCapture_spt = HipStreamEndCaptureSpt, capture end;
+            /// `hipGraphAddKernelNode(hipGraphNode_t *, hipGraph_t, const hipGraphNode_t *,
+            /// size_t, const hipKernelNodeParams *)`: records the parameters' `func` (r8), a
+            /// host stub.
+            hipGraphAddKernelNode = HipGraphAddKernelNode, graph kernel;
+            /// `hipGraphKernelNodeSetParams(hipGraphNode_t, const hipKernelNodeParams *)` (rsi).
+            hipGraphKernelNodeSetParams = HipGraphKernelNodeSetParams, graph kernel_second;
+            /// `hipGraphExecKernelNodeSetParams(hipGraphExec_t, hipGraphNode_t, const
+            /// hipKernelNodeParams *)` (rdx).
+            hipGraphExecKernelNodeSetParams = HipGraphExecKernelNodeSetParams, graph kernel_third;
             /// `void __hipRegisterFunction(void **modules, const void *stub, char *, const char
             /// *name, ...)`: every fat binary registers each kernel's host stub with its
             /// device name when it loads. Records (rsi, rcx).

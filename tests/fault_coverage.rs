@@ -1,0 +1,485 @@
+//! Issue 35, fault coverage, shown on the emulated GPU with the real 5.2.3 runtime: a fault
+//! in the program's first GPU work when that is a copy (no kernel launched yet), a fault in
+//! a kernel launched only through pointers from `dlsym` on an RTLD_LOCAL handle, and a fault
+//! in a kernel a graph runs. Each is explained (rmcp's block first, the node, the gfx and the
+//! kernels named) and the runtime's own message and ending are the same with rmcp as
+//! without, byte for byte after masking addresses and numbers. In the roots tests/compat/run
+//! builds (chroot, as root): the copy on the 6.4.3 runtime, and launches through
+//! hipGetProcAddress pointers on the 7.2.4 runtime.
+
+use rmcp_testkit::*;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Masks what changes from run to run: hex addresses, numbers (times, pids, ids).
+fn masked(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '0' && chars.peek() == Some(&'x') {
+            chars.next();
+            while chars.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
+                chars.next();
+            }
+            out.push_str("0xN");
+        } else if c.is_ascii_digit() {
+            while chars.peek().is_some_and(|c| c.is_ascii_digit()) {
+                chars.next();
+            }
+            out.push('N');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// stderr without rmcp's lines and the emulator's own notes.
+fn runtime_part(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| !l.starts_with("rmcp[") && !l.starts_with("emulated-gpu:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `args` on the emulated GPU in `dir`, rmcp preloaded when `shim`; with the emulator's log.
+fn run(lib: &Path, dir: &Path, shim: bool, args: &[&std::ffi::OsStr]) -> (Output, String) {
+    let log = dir.join("run.jsonl");
+    let mut cmd = Command::new(repo().join("scripts/emulated-gpu"));
+    cmd.arg("--log")
+        .arg(&log)
+        .arg("--")
+        .args(args)
+        .current_dir(dir)
+        .env("EMUGPU_LIB", lib)
+        .env_remove("LD_PRELOAD")
+        .env_remove("HSA_OVERRIDE_GFX_VERSION")
+        .env_remove("EMUGPU_FAULT")
+        .env_remove("RMCP_LOG")
+        .env_remove("RMCP_MODE");
+    if shim {
+        cmd.env("LD_PRELOAD", rmcp_testkit::shim());
+    }
+    let out =
+        output_within(&mut cmd, Duration::from_secs(120)).expect("the program within its time");
+    (out, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+/// Runs a program with and without rmcp (`go(shim)` gives its output and the emulator's
+/// log): a VM fault happened in both, and the ending and the runtime's message are the
+/// same. Returns rmcp's block (which comes first, once, naming the node and the gfx) and the
+/// whole context for messages.
+fn explained(go: impl Fn(bool) -> (Output, String)) -> (String, String) {
+    explained_as(go, "vm", "GPU memory fault on GPU node-1 at address 0x")
+}
+
+/// [`explained`] for the fault `kind`, whose block starts with `first`.
+fn explained_as(
+    go: impl Fn(bool) -> (Output, String),
+    kind: &str,
+    first: &str,
+) -> (String, String) {
+    let (without, log0) = go(false);
+    let (with, log1) = go(true);
+    let (e0, e1) = (text(&without.stderr), text(&with.stderr));
+    let ctx = format!(
+        "--- without {:?}\n{}{e0}\n--- with {:?}\n{}{e1}",
+        without.status,
+        text(&without.stdout),
+        with.status,
+        text(&with.stdout)
+    );
+    for log in [&log0, &log1] {
+        assert!(
+            log.contains(&format!("\"fault\":\"{kind}\"")),
+            "the fault did not happen\n{ctx}"
+        );
+    }
+    assert_eq!(with.status.signal(), without.status.signal(), "{ctx}");
+    assert_eq!(with.status.code(), without.status.code(), "{ctx}");
+    assert_eq!(
+        masked(&text(&with.stdout)),
+        masked(&text(&without.stdout)),
+        "{ctx}"
+    );
+    assert_eq!(
+        masked(&runtime_part(&e1)),
+        masked(&runtime_part(&e0)),
+        "{ctx}"
+    );
+    let lines: Vec<&str> = e1.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains(first))
+        .unwrap_or_else(|| panic!("no block\n{ctx}"));
+    let runtime_first = lines
+        .iter()
+        .position(|l| !l.starts_with("rmcp[") && !l.starts_with("emulated-gpu:"))
+        .unwrap_or(lines.len());
+    assert!(start < runtime_first, "the block is not first\n{ctx}");
+    let block = lines[start..runtime_first].join("\n");
+    assert_eq!(
+        block.matches("GPU memory fault").count() + block.matches("GPU queue error").count(),
+        1,
+        "one block\n{ctx}"
+    );
+    assert!(
+        block.contains("GPU: node-1, gfx1010 (KFD topology)"),
+        "node and gfx\n{ctx}"
+    );
+    (block, ctx)
+}
+
+fn cc(src: &Path, exe: &Path, more: &[&std::ffi::OsStr]) {
+    let out = Command::new("cc")
+        .arg(src)
+        .arg("-o")
+        .arg(exe)
+        .args(more)
+        .arg("-ldl")
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "cc: {}", text(&out.stderr));
+}
+
+fn hipcc_build(hipcc: &Path, dir: &Path, name: &str, src: &str) -> std::path::PathBuf {
+    let file = dir.join(format!("{name}.hip"));
+    std::fs::write(&file, src).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new(hipcc)
+        .arg("--offload-arch=gfx1010")
+        .arg(&file)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "hipcc: {}", text(&out.stderr));
+    exe
+}
+
+/// The program's first GPU work is a hipMemcpy (the runtime's own copy kernel), which
+/// faults: no kernel was launched, yet the block is there, with the node, the gfx and the
+/// allocation (issue 35, item 1).
+#[test]
+fn a_fault_in_a_copy_before_any_launch_is_explained() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = hipcc_build(
+        &hipcc,
+        dir.path(),
+        "copy",
+        r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+static char host[65536];
+int main() {
+    void *d = 0;
+    if (hipMalloc(&d, sizeof host) != hipSuccess) return 3;
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", (unsigned long long)(uintptr_t)d) != 0) return 5;
+    hipError_t rc = hipMemcpy(host, d, sizeof host, hipMemcpyDeviceToHost);
+    printf("hipMemcpy: %d\n", (int)rc);
+    return 0;
+}
+"#,
+    );
+    let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &[exe.as_os_str()]));
+    assert!(
+        block.contains("made by hipMalloc(65536 bytes, flags 0x0) from "),
+        "{ctx}"
+    );
+    assert!(
+        block.contains("kernels: no launch went through rmcp in this process"),
+        "{ctx}"
+    );
+}
+
+/// A program that reaches the runtime only through `dlsym` on an RTLD_LOCAL handle (the
+/// runtime is not in the global scope): its hipModuleLaunchKernel pointer is rmcp's per-copy
+/// entry, so the faulting launch is recorded and the kernel named (issue 35, item 2).
+#[test]
+fn launches_through_dlsym_on_a_local_handle_are_named() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
+        return;
+    };
+    let exe = dir.path().join("by_name_launch");
+    cc(&repo().join("tests/c/by_name_launch.c"), &exe, &[]);
+    let args = [
+        exe.as_os_str(),
+        "libamdhip64.so.5".as_ref(),
+        co.as_os_str(),
+        "dlsym".as_ref(),
+    ];
+    let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &args));
+    assert!(
+        block.contains("    k in ") && block.contains(" via hipModuleLaunchKernel (thread "),
+        "{ctx}"
+    );
+    assert!(block.contains("2 launches in all"), "{ctx}");
+    assert!(
+        block.contains("made by hipMalloc(4096 bytes, flags 0x0) from "),
+        "{ctx}"
+    );
+}
+
+/// A program whose kernels run only in graphs: one captured from a stream, one built with
+/// hipGraphAddKernelNode, which faults. The block lists the graph launch and the kernels put
+/// into graphs (issue 35, item 3).
+#[test]
+fn a_fault_in_a_graph_names_its_kernels() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(hipcc) = hipcc() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = hipcc_build(
+        &hipcc,
+        dir.path(),
+        "graph",
+        r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+__global__ void fill(int *p) { p[0] = 1; }
+__global__ void poke(int *p) { p[1] = 2; }
+int main() {
+    int *d = 0;
+    if (hipMalloc((void **)&d, 4096) != hipSuccess) return 3;
+    hipStream_t s;
+    if (hipStreamCreate(&s) != hipSuccess) return 4;
+    hipGraph_t captured, built;
+    hipGraphExec_t run1, run2;
+    if (hipStreamBeginCapture(s, hipStreamCaptureModeGlobal) != hipSuccess) return 5;
+    hipLaunchKernelGGL(fill, dim3(1), dim3(1), 0, s, d);
+    if (hipStreamEndCapture(s, &captured) != hipSuccess) return 6;
+    if (hipGraphCreate(&built, 0) != hipSuccess) return 7;
+    void *args[] = {&d};
+    hipKernelNodeParams p = {};
+    p.func = (void *)poke;
+    p.gridDim = dim3(1);
+    p.blockDim = dim3(1);
+    p.kernelParams = args;
+    hipGraphNode_t node;
+    if (hipGraphAddKernelNode(&node, built, nullptr, 0, &p) != hipSuccess) return 8;
+    if (hipGraphInstantiate(&run1, captured, nullptr, nullptr, 0) != hipSuccess) return 9;
+    if (hipGraphInstantiate(&run2, built, nullptr, nullptr, 0) != hipSuccess) return 10;
+    if (hipGraphLaunch(run1, s) != hipSuccess || hipStreamSynchronize(s) != hipSuccess)
+        return 11;
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0) != 0) return 12;
+    hipGraphLaunch(run2, s);
+    return hipStreamSynchronize(s);
+}
+"#,
+    );
+    let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &[exe.as_os_str()]));
+    assert!(
+        block.contains("a graph (hipGraphExec_t 0x") && block.contains(" via hipGraphLaunch ("),
+        "{ctx}"
+    );
+    assert!(
+        block.contains("a graph launch runs its kernels without a launch call each"),
+        "{ctx}"
+    );
+    assert!(
+        block.contains("_Z4pokePi in ") && block.contains(", given to hipGraphAddKernelNode"),
+        "{ctx}"
+    );
+    assert!(
+        block.contains("_Z4fillPi in ") && block.contains(", launched during a stream capture"),
+        "{ctx}"
+    );
+}
+
+/// A root tests/compat/run built (RMCP_COMPAT_CACHE, default /var/cache/rmcp-compat) whose
+/// runtime is `libamdhip64.so.<major>`, and a directory staged in it; None (a skip, a
+/// failure where prerequisites are required) when there is none or this is not root.
+struct Staged {
+    root: std::path::PathBuf,
+    /// The directory as the host sees it, and as the root's processes see it.
+    host: std::path::PathBuf,
+    inside: String,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.host);
+    }
+}
+
+fn staged(name: &str, major: u8, lib: &Path) -> Option<Staged> {
+    let cache = std::env::var_os("RMCP_COMPAT_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/var/cache/rmcp-compat"));
+    let root = cache.join("roots").join(name);
+    let runtime = root.join(format!("usr/lib/x86_64-linux-gnu/libamdhip64.so.{major}"));
+    if !runtime.exists() {
+        missing(&format!(
+            "no Debian {name} root with libamdhip64.so.{major} under {} (tests/compat/run \
+             builds it)",
+            cache.display()
+        ));
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip(&format!("the {name} root needs chroot, which needs root"));
+        return None;
+    }
+    let inside = format!("/tmp/rmcp-fault-coverage-{}", std::process::id());
+    let host = root.join(inside.trim_start_matches('/'));
+    std::fs::create_dir_all(&host).unwrap();
+    let s = Staged { root, host, inside };
+    let front = rmcp_testkit::shim();
+    let body = front.with_file_name("librmcp_shim_body.so");
+    for f in [lib, front.as_path(), body.as_path()] {
+        std::fs::copy(f, s.host.join(f.file_name().unwrap())).unwrap();
+    }
+    let fixture = fixture("rdna1");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(&fixture)
+        .arg(s.host.join("fixture"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cp: {out:?}");
+    Some(s)
+}
+
+impl Staged {
+    /// Copies `file` in; its path inside.
+    fn put(&self, file: &Path) -> String {
+        let name = file.file_name().unwrap().to_str().unwrap().to_string();
+        std::fs::copy(file, self.host.join(&name)).unwrap();
+        format!("{}/{name}", self.inside)
+    }
+
+    /// `args` (paths inside) in the root on the emulated GPU, under `ulimit -c 0` as
+    /// tests/compat/run runs them, rmcp preloaded when `shim`; with the emulator's log.
+    fn run(&self, shim: bool, env: &[String], args: &[&str]) -> (Output, String) {
+        let mut preload = format!("{}/libemugpu.so", self.inside);
+        if shim {
+            preload.push_str(&format!(":{}/librmcp_shim.so", self.inside));
+        }
+        let log = format!("{}/run.jsonl", self.inside);
+        let _ = std::fs::remove_file(self.host.join("run.jsonl"));
+        let mut cmd = Command::new("chroot");
+        cmd.arg(&self.root)
+            .args([
+                "/usr/bin/env",
+                "-i",
+                "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME=/root",
+                "sh",
+                "-c",
+                "ulimit -c 0; cd \"$0\"; exec \"$@\"",
+                &self.inside,
+                "env",
+            ])
+            .arg(format!("LD_PRELOAD={preload}"))
+            .arg(format!("EMUGPU_FIXTURE={}/fixture", self.inside))
+            .arg(format!("EMUGPU_LOG={log}"))
+            .args(env)
+            .args(args);
+        let out = output_within(&mut cmd, Duration::from_secs(120)).expect("within its time");
+        (
+            out,
+            std::fs::read_to_string(self.host.join("run.jsonl")).unwrap_or_default(),
+        )
+    }
+}
+
+/// The copy before any launch on the 6.4.3 runtime (Debian sid), which runs copies as its
+/// own blit kernels on HIP's queues.
+#[test]
+fn a_fault_in_a_copy_before_any_launch_is_explained_on_6_4_3() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("sid", 6, &lib) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("copy_fault");
+    // Linked to the root's own runtime (its dependencies need the root's newer glibc, which
+    // the link does not check).
+    let libs = stage.root.join("usr/lib/x86_64-linux-gnu");
+    cc(
+        &repo().join("tests/c/copy_fault.c"),
+        &exe,
+        &[
+            format!("-L{}", libs.display()).as_ref(),
+            format!("-Wl,-rpath-link,{}", libs.display()).as_ref(),
+            "-Wl,--allow-shlib-undefined".as_ref(),
+            "-l:libamdhip64.so.6".as_ref(),
+        ],
+    );
+    let exe = stage.put(&exe);
+    let (block, ctx) = explained(|shim| stage.run(shim, &[], &[&exe]));
+    assert!(
+        block.contains("made by hipMalloc(65536 bytes, flags 0x0) from "),
+        "{ctx}"
+    );
+    // A queue error in HIP's own blit kernel (a device-to-device copy), before any launch:
+    // the block names the node and the gfx as a VM fault's does (issue 28 said "GPU of
+    // unknown node" here: ROCr was found only at a launch).
+    let (block, ctx) = explained_as(
+        |shim| stage.run(shim, &[], &[&exe, "aperture", "d2d"]),
+        "aperture",
+        "GPU queue error on GPU node-1: HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION (0x29)",
+    );
+    assert!(
+        block.contains("kernels: no launch went through rmcp in this process"),
+        "{ctx}"
+    );
+}
+
+/// A program that gets every HIP function through hipGetProcAddress (the runtime dlopened
+/// RTLD_LOCAL, only hipGetProcAddress looked up with dlsym), as Triton's HIP driver does,
+/// on the 7.2.4 runtime (Debian experimental): its launches are recorded and named.
+#[test]
+fn launches_through_hip_get_proc_address_are_named_on_7_2_4() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("exp", 7, &lib) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
+        return;
+    };
+    let exe = dir.path().join("by_name_launch");
+    cc(&repo().join("tests/c/by_name_launch.c"), &exe, &[]);
+    let (exe, co) = (stage.put(&exe), stage.put(&co));
+    // hipGetProcAddress finds its own library by the unversioned name, which the -dev
+    // package provides (without it every name is hipErrorInvalidValue); Triton opens that
+    // name too. The root has only the soname: a link to it in the staged directory.
+    std::os::unix::fs::symlink(
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.7",
+        stage.host.join("libamdhip64.so"),
+    )
+    .unwrap();
+    let env = [format!("LD_LIBRARY_PATH={}", stage.inside)];
+    let (block, ctx) =
+        explained(|shim| stage.run(shim, &env, &[&exe, "libamdhip64.so", &co, "proc"]));
+    assert!(
+        block.contains("    k in ") && block.contains(" via hipModuleLaunchKernel (thread "),
+        "{ctx}"
+    );
+    assert!(block.contains("2 launches in all"), "{ctx}");
+}
