@@ -77,9 +77,33 @@ pub(crate) struct Record {
 }
 
 /// Records a successful allocation at `base` (what the runtime wrote to the caller's
-/// out-pointer).
+/// out-pointer), in the calling thread's ring.
+#[cfg_attr(not(test), allow(dead_code))] // hooks call record_in with the slot they hold
 #[inline(always)]
 pub(crate) fn record(
+    hook: Hook,
+    base: usize,
+    size: usize,
+    caller: usize,
+    asked: u32,
+    fw: Option<Forward>,
+) {
+    record_in(
+        crate::thread::with(crate::stats::slot),
+        hook,
+        base,
+        size,
+        caller,
+        asked,
+        fw,
+    );
+}
+
+/// [`record`] in `slot`'s ring, which must be the calling thread's (`stats::slot`; a hook
+/// already holds it).
+#[inline(always)]
+pub(crate) fn record_in(
+    slot: usize,
     hook: Hook,
     base: usize,
     size: usize,
@@ -90,7 +114,6 @@ pub(crate) fn record(
     if base == 0 {
         return;
     }
-    let slot = crate::thread::with(crate::stats::slot);
     let Some(ring) = RINGS.get(slot) else {
         return;
     };

@@ -223,7 +223,7 @@ fn decide_and_call<const COPY: bool>(
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let coherent = rc == error::SUCCESS && coherent_if_served;
         after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
-        for_fault_report::<COPY>(call, decision, rc, fallback);
+        for_fault_report::<COPY>(t, call, decision, rc, fallback);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
         }
@@ -236,6 +236,7 @@ fn decide_and_call<const COPY: bool>(
 /// allocation record, with what was asked and what was forwarded.
 #[inline(always)]
 fn for_fault_report<const COPY: bool>(
+    t: &ThreadState,
     call: Call,
     decision: Decision,
     rc: HipError,
@@ -252,7 +253,15 @@ fn for_fault_report<const COPY: bool>(
         let caller = match Caller::of::<COPY>(call.ret) {
             Caller::At(ret) | Caller::Copy { ret, .. } => ret,
         };
-        crate::allocations::record(call.hook, base, call.size, caller, call.flags, forwarded);
+        crate::allocations::record_in(
+            stats::slot(t),
+            call.hook,
+            base,
+            call.size,
+            caller,
+            call.flags,
+            forwarded,
+        );
     }
 }
 
