@@ -246,6 +246,9 @@ fn for_fault_report<const COPY: bool>(
         // SAFETY: the runtime accepted the call and wrote the allocation's address to the
         // caller's out-pointer.
         let base = unsafe { call.out.read() } as usize;
+        if base == 0 {
+            return;
+        }
         let forwarded = match decision {
             Decision::Rewrite(fw) if !fallback => Some(fw),
             _ => None,
