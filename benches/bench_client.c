@@ -11,8 +11,11 @@
  * Every call asks for 0 bytes: the fake runtime then answers without allocating or
  * calling the kernel, so what is timed is the call path (the shim's, if preloaded).
  *
- * Modes (FUNC: hipHostMalloc, hipExtMallocWithFlags, hipMalloc or hipLaunchKernel (a launch
- * the fake runtime answers at once); FLAGS: C integer):
+ * Modes (FUNC: hipHostMalloc, hipExtMallocWithFlags, hipMalloc, hipLaunchKernel (a launch
+ * the fake runtime answers at once) or hipHostMallocPair (hipHostMalloc then hipHostFree of
+ * what it returned: run it with FAKEHIP_PATTERN=mod4, under which the fake runtime answers
+ * size 0 with a fixed non-null address, so that the shim records the allocation, and its
+ * free with success, neither allocating nor locking); FLAGS: C integer):
  *   loop FUNC FLAGS THREADS BATCH NBATCH
  *       One call on the main thread first (the shim builds its state there). Then
  *       THREADS threads start together (barrier) and each times NBATCH batches of BATCH
@@ -22,6 +25,10 @@
  *       Times the process's first call of FUNC (the shim's first hooked call builds its
  *       state) and the second. Prints "first_ns=<n> second_ns=<n> first_minflt=<n>" (minor
  *       page faults taken during the first call: code and data touched for the first time).
+ *   register N
+ *       Calls __hipRegisterFunction N times, each with a stub and a name of its own (as a
+ *       fat binary's constructor does for each of its kernels), timed as one, after one
+ *       untimed registration (the first call); prints "register_ns=<ns per call>".
  *   launch
  *       One hipLaunchKernel with distinct values in every argument (registers and stack);
  *       prints "rc=<n>": the fake runtime's digest of the arguments it received.
@@ -44,8 +51,12 @@ hipError_t hipMalloc(void **p, size_t n);
 typedef struct { unsigned x, y, z; } dim3;
 hipError_t hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shared,
                            void *stream);
+hipError_t hipHostFree(void *p);
+void __hipRegisterFunction(void **modules, const void *stub, char *device_function,
+                           const char *name, unsigned thread_limit, void *tid, void *bid,
+                           void *block_dim, void *grid_dim, int *wsize);
 
-enum func { F_HOST_MALLOC, F_EXT_MALLOC, F_MALLOC, F_LAUNCH };
+enum func { F_HOST_MALLOC, F_EXT_MALLOC, F_MALLOC, F_LAUNCH, F_PAIR };
 
 /* The "kernel" launched: its stub's address is all a launch passes on. */
 static void stub(void) {}
@@ -76,6 +87,8 @@ static int parse_func(const char *s, enum func *out)
         *out = F_MALLOC;
     else if (strcmp(s, "hipLaunchKernel") == 0)
         *out = F_LAUNCH;
+    else if (strcmp(s, "hipHostMallocPair") == 0)
+        *out = F_PAIR;
     else
         return -1;
     return 0;
@@ -89,6 +102,10 @@ static int call_once(enum func f, unsigned flags)
     case F_EXT_MALLOC: return hipExtMallocWithFlags(&p, 0, flags);
     case F_MALLOC: return hipMalloc(&p, 0);
     case F_LAUNCH: return LAUNCH();
+    case F_PAIR: {
+        int rc = hipHostMalloc(&p, 0, flags);
+        return rc != 0 ? rc : hipHostFree(p);
+    }
     }
     return -1;
 }
@@ -115,6 +132,12 @@ static long run_batch(enum func f, unsigned flags, long n)
     case F_LAUNCH:
         for (long i = 0; i < n; i++)
             failed += LAUNCH() != 0;
+        break;
+    case F_PAIR:
+        for (long i = 0; i < n; i++) {
+            failed += hipHostMalloc(&p, 0, flags) != 0;
+            failed += hipHostFree(p) != 0;
+        }
         break;
     }
     return failed;
@@ -204,6 +227,34 @@ static int mode_first(int argc, char **argv)
     return rc1 != 0 || rc2 != 0;
 }
 
+static int mode_register(int argc, char **argv)
+{
+    long n;
+    char *stubs, *names;
+    long long t0, t;
+
+    if (argc != 3 || (n = atol(argv[2])) < 1)
+        return 2;
+    /* Distinct stubs (one byte each) and names (16 bytes each), as a fat binary has. */
+    stubs = calloc((size_t)n, 1);
+    names = calloc((size_t)n, 16);
+    if (stubs == NULL || names == NULL)
+        return 3;
+    for (long i = 0; i < n; i++)
+        snprintf(names + i * 16, 16, "_Z1k%07lxv", (unsigned long)i & 0xfffffff);
+    /* One first, untimed: the process's first call into the shim maps its body (the
+     * first-call figure, measured on its own). */
+    __hipRegisterFunction(NULL, (const void *)stub, (char *)"first", "first", (unsigned)-1,
+                          NULL, NULL, NULL, NULL, NULL);
+    t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        __hipRegisterFunction(NULL, stubs + i, names + i * 16, names + i * 16, (unsigned)-1,
+                              NULL, NULL, NULL, NULL, NULL);
+    t = now_ns() - t0;
+    printf("register_ns=%.2f\n", (double)t / (double)n);
+    return 0;
+}
+
 static int mode_launch(void)
 {
     dim3 grid = {3, 5, 7}, block = {11, 13, 17};
@@ -256,9 +307,12 @@ __attribute__((visibility("default"))) int rmcp_bench_main(int argc, char **argv
         rc = mode_launch();
     else if (argc >= 2 && strcmp(argv[1], "rss") == 0)
         rc = mode_rss(argc, argv);
+    else if (argc >= 2 && strcmp(argv[1], "register") == 0)
+        rc = mode_register(argc, argv);
     if (rc == 2)
         fprintf(stderr, "usage: rmcp_bench loop FUNC FLAGS THREADS BATCH NBATCH\n"
                         "       rmcp_bench first FUNC FLAGS\n"
+                        "       rmcp_bench register N\n"
                         "       rmcp_bench rss none|call\n");
     fflush(stdout);
     return rc;

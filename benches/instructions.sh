@@ -19,11 +19,13 @@ fake=$out/fake-hip-6
 shim=${RMCP_BENCH_SHIM:-$PWD/target/release/librmcp_shim.so}
 [ -f "$shim" ] || shim=$PWD/target/release/deps/librmcp_shim.so
 
+PATTERN=
 run() { # preload fixture mode args...
     pre=$1 fx=$2 mode=$3
     shift 3
     if [ -n "$pre" ]; then set -- LD_PRELOAD="$pre" "$@"; fi
-    env "$@" LD_LIBRARY_PATH="$fake" RMCP_SYSFS_ROOT="tests/fixtures/$fx" RMCP_MODE="$mode" \
+    env "$@" ${PATTERN:+FAKEHIP_PATTERN=$PATTERN} LD_LIBRARY_PATH="$fake" \
+        RMCP_SYSFS_ROOT="tests/fixtures/$fx" RMCP_MODE="$mode" \
         valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bench" $ARGS 2>&1 |
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
@@ -40,6 +42,18 @@ per_call "hipExtMallocWithFlags(Finegrained), rewritten (auto, rdna1)" rdna1 aut
 per_call "hipMalloc, counted only (auto, rdna1)" rdna1 auto hipMalloc 0
 per_call "hipLaunchKernel, recorded in the launch ring (auto, rdna1)" rdna1 auto hipLaunchKernel 0
 per_call "hipHostMalloc(0), mode off" rdna1 off hipHostMalloc 0
+# Under the pattern the fake runtime answers size 0 with a non-null address: the allocation
+# is recorded (allocation ring), and hipHostFree of it answers at once.
+PATTERN=mod4
+per_call "hipHostMalloc(0) + hipHostFree, rewritten and recorded (auto, rdna1)" \
+    rdna1 auto hipHostMallocPair 0
+PATTERN=
+# Per registration: the difference between 100,000 and 50,000 kernels, over 50,000.
+ARGS="register 50000"; a=$(run "" rdna1 auto); sa=$(run "$shim" rdna1 auto)
+ARGS="register 100000"; b=$(run "" rdna1 auto); sb=$(run "$shim" rdna1 auto)
+n_without=$(( (b - a) / 50000 )); n_with=$(( (sb - sa) / 50000 ))
+printf '| %s | %s | %s | +%s |\n' "__hipRegisterFunction, per kernel (50,000 to 100,000)" \
+    "$n_without" "$n_with" $((n_with - n_without))
 echo
 echo "| first hooked call (instructions, whole process) | without shim | with shim | added |"
 echo "|---|---|---|---|"

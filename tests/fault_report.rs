@@ -382,3 +382,50 @@ int main() {
     );
     assert!(e.contains("1 launch in all"), "{e}");
 }
+
+/// Launches from other threads appear in the block beside the main thread's, each thread's
+/// newest first (issue 35: each thread records in a ring of its own; the threads' rings are
+/// interleaved, live threads first).
+#[test]
+fn two_threads_launches_both_appear() {
+    if real_runtime().is_none() {
+        return;
+    }
+    let Some(lib) = emugpu_lib() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
+        return;
+    };
+    let load = format!("load:{}", co.display());
+    let steps = [
+        "init",
+        &load,
+        "launch@thread",
+        "launch@thread",
+        "sync",
+        "launch",
+        "sync",
+        "fault:vm",
+        "launch",
+        "sync",
+    ];
+    let out = run(&lib, dir.path(), true, &[], &steps);
+    let e = text(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{e}");
+    let threads: Vec<&str> = e
+        .lines()
+        .filter(|l| l.contains(" k in ") && l.contains("via hipModuleLaunchKernel"))
+        .filter_map(|l| l.rsplit("(thread ").next()?.strip_suffix(')'))
+        .collect();
+    assert_eq!(threads.len(), 4, "four launches listed\n{e}");
+    // The main thread (alive) first, then the others' newest, then its second newest.
+    let main = threads[0];
+    assert_eq!(threads.iter().filter(|t| **t == main).count(), 2, "{e}");
+    assert_eq!(threads[2], main, "{e}");
+    assert_ne!(threads[1], main, "{e}");
+    assert!(
+        e.contains("newest first per thread, threads interleaved"),
+        "{e}"
+    );
+    assert!(e.contains("4 launches in all"), "{e}");
+}

@@ -123,7 +123,8 @@ pub enum Place {
     },
 }
 
-/// A kernel launched before the fault, newest first.
+/// A kernel launched before the fault, newest first (within its thread: the order across
+/// threads is not recorded).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kernel {
     /// The device kernel's name (`__hipRegisterFunction`, `hipModuleGetFunction`), or None.
@@ -144,7 +145,7 @@ pub struct Fault {
     pub address: Option<u64>,
     pub gpu: Gpu,
     pub place: Place,
-    /// Newest first.
+    /// Newest first within each thread, threads interleaved (`Kernel`).
     pub kernels: Vec<Kernel>,
     /// Launches recorded in all (how many the ring saw, beyond those listed).
     pub launches_total: u64,
@@ -428,11 +429,18 @@ pub fn render(f: &Fault) -> Vec<String> {
             )
         });
     } else {
+        // The shim keeps each thread's launches in order, not the order across threads.
+        let several_threads = f.kernels.iter().any(|k| k.thread != f.kernels[0].thread);
         out.push(format!(
-            "  kernels launched last{} (newest first; the faulting one is among those still \
+            "  kernels launched last{} (newest first{}; the faulting one is among those still \
              in flight, not necessarily the newest; {} launch{} in all):",
             if f.several_gpus {
                 " in this process, on any of its GPUs"
+            } else {
+                ""
+            },
+            if several_threads {
+                " per thread, threads interleaved"
             } else {
                 ""
             },
@@ -690,7 +698,7 @@ mod tests {
                     f.gpu.pcie_atomics = Some(PcieAtomics::Unsupported);
                 },
                 &[
-                    "kernels launched last in this process, on any of its GPUs (newest first; the faulting one is among those still in flight, not necessarily the newest; 7 launches in all):",
+                    "kernels launched last in this process, on any of its GPUs (newest first per thread, threads interleaved; the faulting one is among those still in flight, not necessarily the newest; 7 launches in all):",
                     "    _Z4fillPii in /opt/app/app via hipLaunchKernel (thread 0x2a)",
                     "    (name not recorded) in unknown library via hipModuleLaunchKernel (thread 0x2b)",
                     "RMCP_MODE=off: rmcp changed no allocation",

@@ -1,17 +1,28 @@
-//! The allocation record: the last [`RECORDS`] allocations that went through a hooked call,
-//! with what was asked and what the shim forwarded, so that a fault's address can be traced
-//! to the call that made its allocation. A fixed lock-free ring (one `fetch_add` and a few
-//! stores per successful allocation: no lock, no heap, no system call); the oldest record is
-//! overwritten. Frees are not hooked, so a record may outlive its allocation: it is only
-//! believed when its base is the base the runtime reports for the faulting address
-//! (`hsa_amd_pointer_info`). It reads nothing of the shim's other state.
+//! The allocation record: each thread's last [`RECORDS`] allocations that went through a
+//! hooked call, with what was asked and what the shim forwarded, so that a fault's address
+//! can be traced to the call that made its allocation. One fixed lock-free ring per stats
+//! slot (`stats::slot`: claimed once per thread, given back at its exit, a later thread goes
+//! on in the same ring): a successful allocation costs a plain load and store of the ring's
+//! own count and a few stores, on cache lines no other thread writes (no lock, no heap, no
+//! system call, no shared written line); threads beyond `stats::SLOTS` share a few rings
+//! with an atomic add. The oldest record of a ring is overwritten. Frees are not hooked, so a
+//! record may outlive its allocation: it is only believed when its base is the base the
+//! runtime reports for the faulting address (`hsa_amd_pointer_info`). It reads nothing of
+//! the shim's other state.
+//!
+//! Within a thread, "newest" is exact. Across threads no clock is kept (see `launches`):
+//! when several threads' rings hold a record for the same address (one thread's allocation
+//! freed, the address handed to another), the record with the fewest later allocations in
+//! its own ring wins, a live thread's on a tie.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use rmcp_core::policy::Forward;
 use rmcp_core::registry::{HOOKS, Hook};
 
-/// Allocations kept.
+use crate::stats::{SHARED, SLOTS};
+
+/// Allocations kept per thread.
 pub(crate) const RECORDS: usize = 1024;
 
 struct Entry {
@@ -27,18 +38,30 @@ struct Entry {
     how: AtomicU32,
 }
 
-static ENTRIES: [Entry; RECORDS] = [const {
-    Entry {
-        seq: AtomicU64::new(0),
-        base: AtomicUsize::new(0),
-        size: AtomicUsize::new(0),
-        caller: AtomicUsize::new(0),
-        asked: AtomicU32::new(0),
-        forwarded: AtomicU32::new(0),
-        how: AtomicU32::new(0),
+/// One slot's allocations, on cache lines of its own.
+#[repr(align(128))]
+struct Ring {
+    /// Allocations recorded in this ring (written by its owner only, unless shared).
+    head: AtomicU64,
+    entries: [Entry; RECORDS],
+}
+
+static RINGS: [Ring; SLOTS + SHARED] = [const {
+    Ring {
+        head: AtomicU64::new(0),
+        entries: [const {
+            Entry {
+                seq: AtomicU64::new(0),
+                base: AtomicUsize::new(0),
+                size: AtomicUsize::new(0),
+                caller: AtomicUsize::new(0),
+                asked: AtomicU32::new(0),
+                forwarded: AtomicU32::new(0),
+                how: AtomicU32::new(0),
+            }
+        }; RECORDS],
     }
-}; RECORDS];
-static HEAD: AtomicU64 = AtomicU64::new(0);
+}; SLOTS + SHARED];
 
 /// One allocation as recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,9 +77,33 @@ pub(crate) struct Record {
 }
 
 /// Records a successful allocation at `base` (what the runtime wrote to the caller's
-/// out-pointer).
+/// out-pointer), in the calling thread's ring.
+#[cfg_attr(not(test), allow(dead_code))] // hooks call record_in with the slot they hold
 #[inline(always)]
 pub(crate) fn record(
+    hook: Hook,
+    base: usize,
+    size: usize,
+    caller: usize,
+    asked: u32,
+    fw: Option<Forward>,
+) {
+    record_in(
+        crate::thread::with(crate::stats::slot),
+        hook,
+        base,
+        size,
+        caller,
+        asked,
+        fw,
+    );
+}
+
+/// [`record`] in `slot`'s ring, which must be the calling thread's (`stats::slot`; a hook
+/// already holds it).
+#[inline(always)]
+pub(crate) fn record_in(
+    slot: usize,
     hook: Hook,
     base: usize,
     size: usize,
@@ -67,8 +114,11 @@ pub(crate) fn record(
     if base == 0 {
         return;
     }
-    let n = HEAD.fetch_add(1, Ordering::Relaxed);
-    let e = &ENTRIES[(n % RECORDS as u64) as usize];
+    let Some(ring) = RINGS.get(slot) else {
+        return;
+    };
+    let n = crate::stats::take(&ring.head, slot);
+    let e = &ring.entries[(n % RECORDS as u64) as usize];
     e.seq.store(n.wrapping_mul(2) | 1, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::Release);
     let (how, forwarded) = match fw {
@@ -98,39 +148,59 @@ pub(crate) fn containing(addr: usize) -> Option<Record> {
 }
 
 fn find_by(matches: impl Fn(usize, usize) -> bool) -> Option<Record> {
-    let head = HEAD.load(Ordering::Acquire);
-    for back in 0..(RECORDS as u64) {
-        let k = head.checked_sub(back + 1)?;
-        let e = &ENTRIES[(k % RECORDS as u64) as usize];
-        let before = e.seq.load(Ordering::Acquire);
-        if before != k.wrapping_add(1).wrapping_mul(2) {
-            continue;
+    // (records newer in its own ring, not live, the record)
+    let mut best: Option<(u64, bool, Record)> = None;
+    for (slot, ring) in RINGS.iter().enumerate() {
+        let head = ring.head.load(Ordering::Acquire);
+        let newer = best.as_ref().map_or(RECORDS as u64, |b| b.0 + 1);
+        for back in 0..newer.min(RECORDS as u64) {
+            let Some(r) = read(ring, head, back) else {
+                continue;
+            };
+            if !matches(r.base, r.size) {
+                continue;
+            }
+            let key = (back, !crate::stats::live(slot));
+            if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
+                best = Some((key.0, key.1, r));
+            }
+            break;
         }
-        let base = e.base.load(Ordering::Relaxed);
-        let size = e.size.load(Ordering::Relaxed);
-        let caller = e.caller.load(Ordering::Relaxed);
-        let asked = e.asked.load(Ordering::Relaxed);
-        let forwarded = e.forwarded.load(Ordering::Relaxed);
-        let how = e.how.load(Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Acquire);
-        if e.seq.load(Ordering::Relaxed) != before || !matches(base, size) {
-            continue;
-        }
-        let (hook, _) = HOOKS.get((how & 0xff) as usize)?;
-        return Some(Record {
-            hook: *hook,
-            base,
-            size,
-            caller,
-            asked,
-            forwarded: match how >> 8 {
-                1 => Some(Forward::HostMalloc(forwarded)),
-                2 => Some(Forward::ExtMallocWithFlags(forwarded)),
-                _ => None,
-            },
-        });
     }
-    None
+    best.map(|b| b.2)
+}
+
+/// The `back`-th newest record of `ring` (0: its newest), if it is whole and still there.
+fn read(ring: &Ring, head: u64, back: u64) -> Option<Record> {
+    let k = head.checked_sub(back + 1)?;
+    let e = &ring.entries[(k % RECORDS as u64) as usize];
+    let before = e.seq.load(Ordering::Acquire);
+    if before != k.wrapping_add(1).wrapping_mul(2) {
+        return None;
+    }
+    let base = e.base.load(Ordering::Relaxed);
+    let size = e.size.load(Ordering::Relaxed);
+    let caller = e.caller.load(Ordering::Relaxed);
+    let asked = e.asked.load(Ordering::Relaxed);
+    let forwarded = e.forwarded.load(Ordering::Relaxed);
+    let how = e.how.load(Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Acquire);
+    if e.seq.load(Ordering::Relaxed) != before {
+        return None;
+    }
+    let (hook, _) = HOOKS.get((how & 0xff) as usize)?;
+    Some(Record {
+        hook: *hook,
+        base,
+        size,
+        caller,
+        asked,
+        forwarded: match how >> 8 {
+            1 => Some(Forward::HostMalloc(forwarded)),
+            2 => Some(Forward::ExtMallocWithFlags(forwarded)),
+            _ => None,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -139,6 +209,9 @@ mod tests {
 
     #[test]
     fn the_newest_record_of_a_base_wins_and_ranges_are_found() {
+        let _slots = crate::stats::tests::SLOT_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         record(Hook::HipHostMalloc, 0x10_0000, 4096, 0x1, 0, None);
         record(
             Hook::HipHostMalloc,
@@ -156,5 +229,26 @@ mod tests {
         assert_eq!(find(0x20_0000), None);
         record(Hook::HipMalloc, 0, 1, 0x3, 0, None);
         assert_eq!(find(0), None, "a null base is not recorded");
+    }
+
+    #[test]
+    fn another_threads_record_is_found_and_the_fewest_later_wins() {
+        let _slots = crate::stats::tests::SLOT_TESTS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Bases no other test uses.
+        std::thread::spawn(|| {
+            record(Hook::HipMalloc, 0x70_0000, 64, 0xa, 0, None);
+            record(Hook::HipMalloc, 0x71_0000, 64, 0xb, 0, None);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(find(0x70_0000).map(|r| r.caller), Some(0xa));
+        assert_eq!(containing(0x71_0010).map(|r| r.caller), Some(0xb));
+        // This thread allocates 0x70_0000 again as its newest: no later allocation in its
+        // ring against 1 in the other thread's (or, had it taken over that thread's ring,
+        // the newest there).
+        record(Hook::HipMalloc, 0x70_0000, 64, 0xc, 0, None);
+        assert_eq!(find(0x70_0000).map(|r| r.caller), Some(0xc));
     }
 }

@@ -229,7 +229,7 @@ fn decide_and_call<const COPY: bool>(
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let coherent = rc == error::SUCCESS && coherent_if_served;
         after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
-        for_fault_report::<COPY>(call, decision, rc, fallback);
+        for_fault_report::<COPY>(t, call, decision, rc, fallback);
         if coherent {
             beyond_reach(&facts, call.hook, "coherent");
         }
@@ -250,6 +250,7 @@ fn decide_and_call<const COPY: bool>(
 /// allocation record, with what was asked and what was forwarded.
 #[inline(always)]
 fn for_fault_report<const COPY: bool>(
+    t: &ThreadState,
     call: Call,
     decision: Decision,
     rc: HipError,
@@ -259,6 +260,9 @@ fn for_fault_report<const COPY: bool>(
         // SAFETY: the runtime accepted the call and wrote the allocation's address to the
         // caller's out-pointer.
         let base = unsafe { call.out.read() } as usize;
+        if base == 0 {
+            return;
+        }
         let forwarded = match decision {
             Decision::Rewrite(fw) if !fallback => Some(fw),
             _ => None,
@@ -266,7 +270,15 @@ fn for_fault_report<const COPY: bool>(
         let caller = match Caller::of::<COPY>(call.ret) {
             Caller::At(ret) | Caller::Copy { ret, .. } => ret,
         };
-        crate::allocations::record(call.hook, base, call.size, caller, call.flags, forwarded);
+        crate::allocations::record_in(
+            stats::slot(t),
+            call.hook,
+            base,
+            call.size,
+            caller,
+            call.flags,
+            forwarded,
+        );
     }
 }
 

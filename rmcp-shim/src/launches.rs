@@ -1,12 +1,23 @@
 //! The launch ring: which kernels the process launched last, and their names. It owns three
-//! fixed tables, all lock-free, and reads nothing of the shim's other state:
-//! - the ring: the last [`RING`] launches (the kernel's stub or `hipFunction_t`, the caller's
-//!   return address, the launch function, the launching thread). A launch costs one
-//!   `fetch_add` and six stores: no lock, no heap, no system call. The oldest is overwritten;
-//!   [`total`] says how many there were;
+//! fixed tables, all lock-free, and reads nothing of the shim's other state but the calling
+//! thread's slot (`stats::slot`):
+//! - the rings: each thread's last [`RING`] launches (the kernel's stub or `hipFunction_t`,
+//!   the caller's return address, the launch function, the launching thread), in a ring of
+//!   the thread's own, indexed by its stats slot (claimed once per thread, on its first
+//!   hooked call or launch, and given back at its exit; a later thread goes on in the same
+//!   ring). A launch costs a plain load and store of the ring's own count and six stores,
+//!   on cache lines no other thread writes: no lock, no heap, no system call, no shared
+//!   written line. Threads beyond `stats::SLOTS` share a few rings with an atomic add;
+//!   [`total`] says how many launches there were in all;
+//! - the order across threads is approximate. Within a thread the order is exact (the
+//!   ring's own count); across threads no clock is read per launch (`rdtsc` costs more
+//!   than the whole record on the machines measured, a shared counter is the contended
+//!   line this design removes), so [`last`] takes each thread's newest, then each thread's
+//!   second newest, and so on, live threads first;
 //! - the stubs' names: `__hipRegisterFunction` gives each kernel's host stub with its device
-//!   name when a fat binary loads ([`STUBS`] of them; past that a stub's name is not kept,
-//!   and the fault report says "name not recorded"). The name is kept as the pointer the fat
+//!   name when a fat binary loads, kept in the order registered ([`STUBS`] registrations;
+//!   past that a stub's name is not kept, and the fault report says "name not recorded"),
+//!   looked up at fault time only, newest first. The name is kept as the pointer the fat
 //!   binary passed (its own read-only data); it is read at fault time only while the stub's
 //!   object is still mapped (`dladdr`), and then only up to [`NAME_MAX`] bytes;
 //! - the functions' names: `hipModuleGetFunction` gives a `hipFunction_t` for a name the
@@ -21,10 +32,12 @@ use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use rmcp_core::registry::Observed;
 
-/// Launches kept.
-pub(crate) const RING: usize = 256;
-/// Host stubs whose names are kept.
-pub(crate) const STUBS: usize = 1 << 16;
+use crate::stats::{SHARED, SLOTS};
+
+/// Launches kept per thread.
+pub(crate) const RING: usize = 64;
+/// Registrations (host stubs with their names) kept.
+pub(crate) const STUBS: usize = 1 << 18;
 /// `hipFunction_t`s whose names are kept.
 pub(crate) const FUNCTIONS: usize = 4096;
 /// The longest name read or kept, in bytes.
@@ -42,7 +55,7 @@ pub(crate) enum Kernel {
 }
 
 struct Entry {
-    /// 0: never written; odd: being written; else (launch number + 1) * 2.
+    /// 0: never written; odd: being written; else (the ring's launch number + 1) * 2.
     seq: AtomicU64,
     kernel: AtomicUsize,
     caller: AtomicUsize,
@@ -51,16 +64,28 @@ struct Entry {
     via: AtomicU8,
 }
 
-static LAUNCHES: [Entry; RING] = [const {
-    Entry {
-        seq: AtomicU64::new(0),
-        kernel: AtomicUsize::new(0),
-        caller: AtomicUsize::new(0),
-        thread: AtomicUsize::new(0),
-        via: AtomicU8::new(0),
+/// One slot's launches, on cache lines of its own.
+#[repr(align(128))]
+struct Ring {
+    /// Launches recorded in this ring (written by its owner only, unless shared).
+    head: AtomicU64,
+    entries: [Entry; RING],
+}
+
+static RINGS: [Ring; SLOTS + SHARED] = [const {
+    Ring {
+        head: AtomicU64::new(0),
+        entries: [const {
+            Entry {
+                seq: AtomicU64::new(0),
+                kernel: AtomicUsize::new(0),
+                caller: AtomicUsize::new(0),
+                thread: AtomicUsize::new(0),
+                via: AtomicU8::new(0),
+            }
+        }; RING],
     }
-}; RING];
-static HEAD: AtomicU64 = AtomicU64::new(0);
+}; SLOTS + SHARED];
 
 const FUNCTION_BIT: u8 = 0x80;
 const GRAPH_BIT: u8 = 0x40;
@@ -76,8 +101,12 @@ fn thread_id() -> usize {
 /// Records one launch: the hot path.
 #[inline(always)]
 pub(crate) fn record(via: Observed, kernel: Kernel, caller: usize) {
-    let n = HEAD.fetch_add(1, Ordering::Relaxed);
-    let e = &LAUNCHES[(n % RING as u64) as usize];
+    let slot = crate::thread::with(crate::stats::slot);
+    let Some(ring) = RINGS.get(slot) else {
+        return;
+    };
+    let n = crate::stats::take(&ring.head, slot);
+    let e = &ring.entries[(n % RING as u64) as usize];
     e.seq.store(n.wrapping_mul(2) | 1, Ordering::Relaxed);
     std::sync::atomic::fence(Ordering::Release);
     let (k, bit) = match kernel {
@@ -95,7 +124,10 @@ pub(crate) fn record(via: Observed, kernel: Kernel, caller: usize) {
 
 /// Launches recorded since the process started.
 pub(crate) fn total() -> u64 {
-    HEAD.load(Ordering::Relaxed)
+    RINGS
+        .iter()
+        .map(|r| r.head.load(Ordering::Relaxed))
+        .fold(0, u64::wrapping_add)
 }
 
 /// One launch as read back.
@@ -107,44 +139,61 @@ pub(crate) struct Launch {
     pub(crate) via: Observed,
 }
 
-/// The last `n` launches, newest first; one being written as it is read is left out.
+/// The `back`-th newest launch of `ring` (0: its newest), if it is whole and still there.
+fn read(ring: &Ring, head: u64, back: u64) -> Option<Launch> {
+    let k = head.checked_sub(back + 1)?;
+    let e = &ring.entries[(k % RING as u64) as usize];
+    let before = e.seq.load(Ordering::Acquire);
+    if before != k.wrapping_add(1).wrapping_mul(2) {
+        return None;
+    }
+    let kernel = e.kernel.load(Ordering::Relaxed);
+    let caller = e.caller.load(Ordering::Relaxed);
+    let thread = e.thread.load(Ordering::Relaxed);
+    let via = e.via.load(Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Acquire);
+    if e.seq.load(Ordering::Relaxed) != before {
+        return None;
+    }
+    let &(o, _) =
+        rmcp_core::registry::OBSERVED.get(usize::from(via & !(FUNCTION_BIT | GRAPH_BIT)))?;
+    Some(Launch {
+        kernel: if via & FUNCTION_BIT != 0 {
+            Kernel::Function(kernel)
+        } else if via & GRAPH_BIT != 0 {
+            Kernel::Graph(kernel)
+        } else {
+            Kernel::Stub(kernel)
+        },
+        caller,
+        thread,
+        via: o,
+    })
+}
+
+/// The last `n` launches, newest first within each thread; across threads, each thread's
+/// newest, then each one's second newest, and so on, the rings of live threads first (the
+/// order across threads is not recorded: see the module's header). One being written as it
+/// is read is left out.
 pub(crate) fn last(n: usize) -> Vec<Launch> {
-    let head = HEAD.load(Ordering::Acquire);
+    let mut rings: Vec<(usize, u64)> = RINGS
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i, r.head.load(Ordering::Acquire)))
+        .filter(|(_, h)| *h != 0)
+        .collect();
+    // Live threads' rings first; a stable sort keeps the slots' order within each.
+    rings.sort_by_key(|(i, _)| !crate::stats::live(*i));
     let mut out = Vec::new();
-    for back in 0..(n.min(RING) as u64) {
-        let Some(k) = head.checked_sub(back + 1) else {
-            break;
-        };
-        let e = &LAUNCHES[(k % RING as u64) as usize];
-        let before = e.seq.load(Ordering::Acquire);
-        if before != k.wrapping_add(1).wrapping_mul(2) {
-            continue;
+    for back in 0..(RING as u64) {
+        for &(i, head) in &rings {
+            if out.len() >= n {
+                return out;
+            }
+            if let Some(l) = read(&RINGS[i], head, back) {
+                out.push(l);
+            }
         }
-        let kernel = e.kernel.load(Ordering::Relaxed);
-        let caller = e.caller.load(Ordering::Relaxed);
-        let thread = e.thread.load(Ordering::Relaxed);
-        let via = e.via.load(Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Acquire);
-        if e.seq.load(Ordering::Relaxed) != before {
-            continue;
-        }
-        let Some(&(o, _)) =
-            rmcp_core::registry::OBSERVED.get(usize::from(via & !(FUNCTION_BIT | GRAPH_BIT)))
-        else {
-            continue;
-        };
-        out.push(Launch {
-            kernel: if via & FUNCTION_BIT != 0 {
-                Kernel::Function(kernel)
-            } else if via & GRAPH_BIT != 0 {
-                Kernel::Graph(kernel)
-            } else {
-                Kernel::Stub(kernel)
-            },
-            caller,
-            thread,
-            via: o,
-        });
     }
     out
 }
@@ -152,16 +201,22 @@ pub(crate) fn last(n: usize) -> Vec<Launch> {
 // ---- names ---------------------------------------------------------------------------------
 
 struct StubName {
+    /// 0 until the entry is whole.
     stub: AtomicUsize,
     name: AtomicUsize,
 }
 
+/// Every registration in the order made, to [`STUBS`]: appended, never probed, so that a
+/// registration writes the next 16 bytes after the last (one cache line per four, one new
+/// page per 256) and a fat binary's tens of thousands cost little more than the call.
 static STUB_NAMES: [StubName; STUBS] = [const {
     StubName {
         stub: AtomicUsize::new(0),
         name: AtomicUsize::new(0),
     }
 }; STUBS];
+/// Registrations made (past [`STUBS`], not kept).
+static STUBS_NAMED: AtomicUsize = AtomicUsize::new(0);
 
 const PROBES: usize = 32;
 
@@ -172,43 +227,30 @@ fn hash(key: usize) -> usize {
 }
 
 /// `__hipRegisterFunction(modules, stub, device_function, name, ...)`: keeps `name` for
-/// `stub`. A full probe window drops it.
+/// `stub`, past any earlier name (a library loaded again at the same address). Past
+/// [`STUBS`] registrations in the process, not kept.
+#[inline(always)]
 pub(crate) fn name_stub(stub: usize, name: usize) {
     if stub == 0 || name == 0 {
         return;
     }
-    let start = hash(stub);
-    for i in 0..PROBES {
-        let e = &STUB_NAMES[(start.wrapping_add(i)) % STUBS];
-        match e
-            .stub
-            .compare_exchange(0, stub, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => {
-                e.name.store(name, Ordering::Release);
-                return;
-            }
-            Err(s) if s == stub => {
-                // Registered again (a library loaded again at the same address).
-                e.name.store(name, Ordering::Release);
-                return;
-            }
-            Err(_) => {}
-        }
+    let i = STUBS_NAMED.fetch_add(1, Ordering::Relaxed);
+    if let Some(e) = STUB_NAMES.get(i) {
+        e.name.store(name, Ordering::Relaxed);
+        e.stub.store(stub, Ordering::Release);
     }
 }
 
+/// The name last registered for `stub`: the newest entry first. At fault time only (a scan
+/// of at most [`STUBS`] entries).
 fn stub_name_pointer(stub: usize) -> Option<usize> {
-    let start = hash(stub);
-    for i in 0..PROBES {
-        let e = &STUB_NAMES[(start.wrapping_add(i)) % STUBS];
-        match e.stub.load(Ordering::Acquire) {
-            0 => return None,
-            s if s == stub => return Some(e.name.load(Ordering::Acquire)).filter(|n| *n != 0),
-            _ => {}
-        }
-    }
-    None
+    let made = STUBS_NAMED.load(Ordering::Acquire).min(STUBS);
+    STUB_NAMES[..made]
+        .iter()
+        .rev()
+        .find(|e| e.stub.load(Ordering::Acquire) == stub)
+        .map(|e| e.name.load(Ordering::Relaxed))
+        .filter(|n| *n != 0)
 }
 
 const WORDS: usize = NAME_MAX / 8;
@@ -359,8 +401,19 @@ unsafe fn bounded_c_string(p: *const u8) -> String {
 mod tests {
     use super::*;
 
+    /// The tests that launch run one at a time (each counts the launches it made, and claims
+    /// slots).
+    use crate::stats::tests::SLOT_TESTS as LAUNCH_TESTS;
+
+    fn mine(all: Vec<Launch>) -> Vec<Launch> {
+        all.into_iter()
+            .filter(|l| l.thread == thread_id())
+            .collect()
+    }
+
     #[test]
     fn the_ring_keeps_the_newest_first_and_wraps() {
+        let _one_at_a_time = LAUNCH_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let before = total();
         for i in 0..(RING + 10) {
             record(
@@ -370,12 +423,57 @@ mod tests {
             );
         }
         assert_eq!(total() - before, (RING + 10) as u64);
-        let last = last(3);
-        // Other tests of this binary do not launch; the newest are ours.
+        let last = mine(last(usize::MAX));
+        assert_eq!(last.len(), RING, "the ring keeps {RING} of this thread's");
         assert_eq!(last[0].kernel, Kernel::Stub(0x1000 + RING + 9));
         assert_eq!(last[2].caller, 0x2000 + RING + 7);
+        assert_eq!(last[RING - 1].kernel, Kernel::Stub(0x1000 + 10));
         assert_eq!(last[0].via, Observed::HipLaunchKernel);
-        assert_eq!(super::last(RING * 2).len(), RING);
+    }
+
+    #[test]
+    fn threads_record_in_rings_of_their_own_and_all_appear() {
+        let _one_at_a_time = LAUNCH_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let before = total();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let threads: Vec<_> = (0..2usize)
+            .map(|t| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    for i in 0..1000usize {
+                        record(
+                            Observed::HipModuleLaunchKernel,
+                            Kernel::Function(0x10_0000 * (t + 1) + i),
+                            0x99,
+                        );
+                    }
+                    let slot = crate::thread::with(crate::stats::slot);
+                    // Both alive at once: each holds its own slot, so its own ring.
+                    barrier.wait();
+                    (thread_id(), slot)
+                })
+            })
+            .collect();
+        let ids: Vec<(usize, usize)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_ne!(ids[0].1, ids[1].1, "two live threads share a ring");
+        assert_eq!(total() - before, 2000);
+        let last = last(4);
+        // Each thread's newest first, then each one's second newest.
+        let of = |id: usize| -> Vec<Kernel> {
+            last.iter()
+                .filter(|l| l.thread == id)
+                .map(|l| l.kernel)
+                .collect()
+        };
+        for (t, (id, _)) in ids.iter().enumerate() {
+            let base = 0x10_0000 * (t + 1);
+            assert_eq!(
+                of(*id),
+                vec![Kernel::Function(base + 999), Kernel::Function(base + 998)],
+                "thread {t} in {last:?}"
+            );
+        }
     }
 
     #[test]

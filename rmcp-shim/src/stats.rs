@@ -6,6 +6,10 @@
 //! locked instruction; measured about 7 ns a call cheaper than atomic adds, see
 //! docs/performance.md), and no two threads write the same cache line. Past `SLOTS` live
 //! threads, further threads share a few slots with atomic adds. A report sums the slots.
+//!
+//! The same slot index names the thread's launch ring (`launches`) and allocation ring
+//! (`allocations`): one claim per thread serves all three, and [`take`] numbers a ring's
+//! records the way [`record`] counts (a plain load and store in an exclusive slot).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -16,9 +20,9 @@ use rmcp_core::registry::Hook;
 use crate::thread::{self, ThreadState};
 
 /// Slots that belong to one thread at a time.
-const SLOTS: usize = 64;
+pub(crate) const SLOTS: usize = 64;
 /// Slots shared, with atomic adds, by the threads that found no free one.
-const SHARED: usize = 4;
+pub(crate) const SHARED: usize = 4;
 
 struct Counters {
     calls: AtomicU64,
@@ -139,6 +143,32 @@ fn claim_slot() -> usize {
         }
     }
     SLOTS + NEXT_SHARED.fetch_add(1, Ordering::Relaxed) % SHARED
+}
+
+/// Whether `slot` belongs to one thread at a time (written by its owner only).
+#[inline(always)]
+pub(crate) fn exclusive(slot: usize) -> bool {
+    slot < SLOTS
+}
+
+/// Whether `slot`'s owner is a live thread (or the slot is shared); at fault time only.
+pub(crate) fn live(slot: usize) -> bool {
+    !exclusive(slot) || OWNED.get(slot).is_some_and(|o| o.load(Ordering::Relaxed))
+}
+
+/// The next number of a per-slot sequence `head` (a ring's): in an exclusive slot only its
+/// owner writes `head`, so a plain load and store; in a shared one an atomic add. The owner
+/// of a slot it claimed after another thread sees that thread's last store (the claim
+/// acquires what the release at its exit published).
+#[inline(always)]
+pub(crate) fn take(head: &AtomicU64, slot: usize) -> u64 {
+    if exclusive(slot) {
+        let n = head.load(Ordering::Relaxed);
+        head.store(n.wrapping_add(1), Ordering::Relaxed);
+        n
+    } else {
+        head.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 #[inline(always)]
@@ -300,13 +330,14 @@ pub(crate) fn counts(hook: Hook) -> Counts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::{Arc, Barrier, Mutex};
 
     /// The tests that claim slots run one at a time: a slot freed by one test's thread
-    /// would otherwise be claimed at once by another's.
-    static SLOT_TESTS: Mutex<()> = Mutex::new(());
+    /// would otherwise be claimed at once by another's (`launches` and `allocations` tests,
+    /// whose records claim the recording thread's slot, take it too).
+    pub(crate) static SLOT_TESTS: Mutex<()> = Mutex::new(());
 
     fn mine() -> usize {
         thread::with(slot)

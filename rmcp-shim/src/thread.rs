@@ -4,7 +4,8 @@
 //!   through their PLT (5.2.3's hipMemAllocHost calls hipHostMalloc@plt), so a hook can be
 //!   entered from inside a call the shim is forwarding. Such a call belongs to the runtime,
 //!   not to the application: it is forwarded unchanged and not counted;
-//! - the thread's stats slot, as `stats` claims it (this module only keeps it).
+//! - the thread's stats slot, as `stats` claims it (this module only keeps it); the same
+//!   index names the thread's launch ring (`launches`) and allocation ring (`allocations`).
 //!
 //! The block lives in the front's initial-exec TLS (`front::thread_block`): every thread
 //! gets it zeroed at creation, so access never allocates and stays valid while the

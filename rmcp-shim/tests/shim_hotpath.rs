@@ -18,12 +18,21 @@ const STEPS: &[&str] = &[
 const N: usize = 2000;
 
 fn hotpath(run: Run, control: bool) -> (u64, u64, u64, u64) {
+    hotpath_threads(run, control, 0)
+}
+
+/// With `threads` more threads started together after the first, each checked from its own
+/// first call on (its slot's claim included).
+fn hotpath_threads(run: Run, control: bool, threads: usize) -> (u64, u64, u64, u64) {
     let mut run = run
         .env_remove("FAKEHIP_RECORD")
         .env_remove("RMCP_STATS_FILE");
     run.cmd.arg(N.to_string()).args(STEPS);
     if control {
         run.cmd.arg("control");
+    }
+    if threads > 0 {
+        run.cmd.arg(format!("threads={threads}"));
     }
     let out = run.run();
     out.assert_success();
@@ -80,6 +89,29 @@ fn no_allocation_and_no_syscall_after_the_first_call() {
         }
         let (calls, failed, mallocs, syscalls) = hotpath(r, false);
         assert_eq!(calls, (N * STEPS.len()) as u64, "{name}");
+        assert_eq!(failed, 0, "{name}");
+        assert_eq!(mallocs, 0, "{name}: heap allocations on the hot path");
+        assert_eq!(syscalls, 0, "{name}: system calls on the hot path");
+    }
+}
+
+#[test]
+fn several_threads_claim_their_slots_and_record_without_allocation_or_syscall() {
+    // Four threads start together and make every step, launches and recorded allocations
+    // included, from their first call on: the claim of each thread's slot (its counters,
+    // launch ring and allocation ring) and the records in those rings. Under the pattern
+    // the fake runtime answers size 0 with a non-null address, so every allocation is
+    // recorded.
+    for (name, env) in [
+        ("auto, affected", None),
+        ("stats and info log", Some(("RMCP_STATS", "1"))),
+    ] {
+        let mut r = run().env("FAKEHIP_PATTERN", "mod4");
+        if let Some((k, v)) = env {
+            r = r.env(k, v).env("RMCP_LOG", "info");
+        }
+        let (calls, failed, mallocs, syscalls) = hotpath_threads(r, false, 4);
+        assert_eq!(calls, (N * STEPS.len() * 5) as u64, "{name}");
         assert_eq!(failed, 0, "{name}");
         assert_eq!(mallocs, 0, "{name}: heap allocations on the hot path");
         assert_eq!(syscalls, 0, "{name}: system calls on the hot path");

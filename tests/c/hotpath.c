@@ -10,7 +10,12 @@
  * size 0, which answers without allocating or calling the kernel, so anything counted
  * came from the shim.
  *
- * Usage: hotpath N STEP... [control]
+ * With "threads=T", T more threads then start together, after the first worker is done, and
+ * each arms itself before its own first call: the per-thread claim (the stats slot, which
+ * also names the thread's launch and allocation rings) is counted too, and the T threads
+ * make their N rounds at once.
+ *
+ * Usage: hotpath N STEP... [control] [threads=T]
  *   STEP: FUNC[:FLAGS] with FUNC one of hipHostMalloc, hipHostAlloc,
  *         hipExtMallocWithFlags, hipMalloc, hipMallocHost, hipMemAllocHost, or
  *         hipLaunchKernel (an observed entry: recorded in the launch ring, issue 28; the
@@ -85,14 +90,16 @@ struct step {
     unsigned flags;
 };
 static struct step steps[32];
-static int nsteps, control;
-static long iterations, calls, failed;
+static int nsteps, control, nthreads;
+static long iterations;
+static atomic_long calls, failed;
+static pthread_barrier_t together;
 
 static const char *const names[] = {"hipHostMalloc", "hipHostAlloc",    "hipExtMallocWithFlags",
                                     "hipMalloc",     "hipMallocHost",   "hipMemAllocHost",
                                     "hipLaunchKernel"};
 
-static void run_steps(void)
+static void run_steps(long *calls, long *failed)
 {
     for (int i = 0; i < nsteps; i++) {
         void *p = NULL;
@@ -110,30 +117,52 @@ static void run_steps(void)
             break;
         }
         }
-        calls++;
+        (*calls)++;
         if (rc != 0)
-            failed++;
+            (*failed)++;
     }
 }
 
 static void *worker(void *arg)
 {
+    long c = 0, f = 0;
     (void)arg;
-    run_steps(); /* the first call: state is built here */
-    calls = failed = 0;
+    run_steps(&c, &f); /* the first call: state is built here */
+    c = f = 0;
     if (trap_syscalls() != 0) {
         perror("seccomp");
         exit(3);
     }
     armed = 1;
     for (long i = 0; i < iterations; i++)
-        run_steps();
+        run_steps(&c, &f);
+    calls += c;
+    failed += f;
     if (control) {
         void *p = malloc(16);
         syscall(SYS_getpid);
         __libc_free(p);
     }
     armed = 0;
+    return NULL;
+}
+
+/* A later thread: armed from its own first call on (its slot's claim included). */
+static void *fresh(void *arg)
+{
+    long c = 0, f = 0;
+    (void)arg;
+    pthread_barrier_wait(&together); /* before the filter: the barrier may sleep */
+    if (trap_syscalls() != 0) {
+        perror("seccomp");
+        exit(3);
+    }
+    armed = 1;
+    for (long i = 0; i < iterations; i++)
+        run_steps(&c, &f);
+    armed = 0;
+    calls += c;
+    failed += f;
     return NULL;
 }
 
@@ -153,6 +182,11 @@ int main(int argc, char **argv)
         int f = -1;
         if (strcmp(argv[i], "control") == 0) {
             control = 1;
+            continue;
+        }
+        if (sscanf(argv[i], "threads=%d", &nthreads) == 1) {
+            if (nthreads < 0 || nthreads > 64)
+                return 2;
             continue;
         }
         if (sscanf(argv[i], "%63[^:]:%i", name, (int *)&flags) < 1 || nsteps == 32)
@@ -175,7 +209,17 @@ int main(int argc, char **argv)
     if (pthread_create(&t, NULL, worker, NULL) != 0)
         return 3;
     pthread_join(t, NULL);
-    printf("calls=%ld failed=%ld mallocs=%ld syscalls=%ld\n", calls, failed, (long)mallocs,
-           (long)syscalls);
+    if (nthreads > 0) {
+        pthread_t ts[64];
+        if (pthread_barrier_init(&together, NULL, (unsigned)nthreads) != 0)
+            return 3;
+        for (int i = 0; i < nthreads; i++)
+            if (pthread_create(&ts[i], NULL, fresh, NULL) != 0)
+                return 3;
+        for (int i = 0; i < nthreads; i++)
+            pthread_join(ts[i], NULL);
+    }
+    printf("calls=%ld failed=%ld mallocs=%ld syscalls=%ld\n", (long)calls, (long)failed,
+           (long)mallocs, (long)syscalls);
     return 0;
 }

@@ -26,10 +26,12 @@
  *   fault:KIND[@VA]      emugpu_fault(KIND, VA): the emulator faults the next dispatch
  *                        (without VA: at its first kernel argument, the buffer)
  *   launch               hipModuleLaunchKernel(k, 1x1x1, 1x1x1, args: the buffer)
+ *   launch@thread        the same launch from a new thread, joined before the next step
  * Exit status: 0 when every step returned hipSuccess, 1 otherwise, 2 on a bad argument.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +190,12 @@ static hipError_t launch(void)
 	return CALL(f_launch, "hipModuleLaunchKernel", function, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
 }
 
+static void *launch_thread(void *rc)
+{
+	*(hipError_t *)rc = launch();
+	return NULL;
+}
+
 static hipError_t copy(int d2h, size_t size)
 {
 	void *d = NULL;
@@ -245,6 +253,11 @@ int main(int argc, char **argv)
 			rc = fault ? fault(step + 6, va) : -1;
 		} else if (!strcmp(step, "launch")) {
 			rc = launch();
+		} else if (!strcmp(step, "launch@thread")) {
+			pthread_t t;
+			rc = -1;
+			if (pthread_create(&t, NULL, launch_thread, &rc) == 0)
+				pthread_join(t, NULL);
 		} else if (sscanf(step, "h2d:%llu", &size) == 1) {
 			rc = copy(0, size);
 		} else if (sscanf(step, "d2h:%llu", &size) == 1) {
