@@ -257,7 +257,7 @@ config! {
         shown DEFAULT_SYSFS_ROOT,
         help "The KFD topology root.";
     hook_dlsym: bool = "RMCP_HOOK_DLSYM", default true, shown "1",
-        help "`1`: `dlsym` on a HIP runtime's handle hands back the shim's functions; `0`: lookups answer as glibc does.";
+        help "`1`: `dlsym` and `dlvsym` on a HIP runtime's handle hand back the shim's functions; `0`: lookups answer as glibc does.";
 }
 
 /// RDNA1 (gfx1010-gfx1013) and RDNA2 (gfx1030-gfx1036).
