@@ -584,6 +584,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
 
     let mut input: Vec<Option<Box<State>>> = vec![None; blocks];
     let mut work: Vec<usize> = Vec::new();
+    let mut queued = vec![false; blocks];
     // Entries: the start, and (all registers unknown) every block after a stop or a
     // call's return (a call's effect is applied as its own transfer).
     for b in 0..blocks {
@@ -592,6 +593,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
         if b == 0 || after_stop {
             input[b] = Some(Box::new([None; SGPRS]));
             work.push(b);
+            queued[b] = true;
         }
     }
     // Each block's input only ever loses known registers: at most SGPRS + 1 changes each.
@@ -601,6 +603,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
             return Err(0);
         }
         budget -= 1;
+        queued[b] = false;
         let Some(mut state) = input[b].clone() else {
             continue;
         };
@@ -637,8 +640,9 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
                 }
                 Some(cur) => meet(cur, &state),
             };
-            if changed && !work.contains(&s) {
+            if changed && !queued[s] {
                 work.push(s);
+                queued[s] = true;
             }
         }
     }
