@@ -743,9 +743,20 @@ const MAX_TABLE_BYTES: usize = 16 << 20;
 /// the section and program header tables and the sections and segments they describe;
 /// plain bundle: its entry table and entries; compressed bundle v2/v3: its total size),
 /// given only a reader of its bytes: `read(offset, buf)` fills `buf` from `offset` or
-/// returns false. It reads the headers only, in small pieces, front to back. None when
-/// the headers are not an image's or a read fails.
+/// returns false. It reads the headers, in small pieces, front to back, then the last byte
+/// they claim (so the whole extent is known readable at its ends). None when the headers
+/// are not an image's or a read fails.
 pub fn image_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
+    let len = headers_len(read)?;
+    // The last byte the headers claim must be readable too (the reader decides what is).
+    let mut last = [0u8; 1];
+    if len == 0 || !read(len - 1, &mut last) {
+        return None;
+    }
+    Some(len)
+}
+
+fn headers_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
     let mut magic = [0u8; 4];
     if !read(0, &mut magic) {
         return None;
