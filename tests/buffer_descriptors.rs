@@ -5,9 +5,13 @@
 //!   LLVM's own disassembler shows, the others are not, and the fix changes those 4 bytes;
 //! - hipcc-built gfx1010 kernels whose buffer descriptor is made by hand: word 3 `0x31014000`
 //!   (Composable Kernel's RDNA layout) is not flagged, `0x00027000` (Triton's) is;
+//! - Triton kernels with branches and a loop (softmax, matmul): decoded to the end, every
+//!   buffer access of the softmax found;
+//! - `rmcp check`'s own kernels: only the Triton-layout one flagged;
 //! - the real libraries the doctor scans: Debian's rocSPARSE (bookworm; no gfx101x code,
-//!   every object scanned) and the gfx101x Tensile code objects of Debian's rocBLAS in the
-//!   compatibility roots (RMCP_COMPAT_CACHE): decoded to the end, none flagged.
+//!   every object scanned), and Debian's rocBLAS in the compatibility roots
+//!   (RMCP_COMPAT_CACHE): sid's librocblas.so.4 (66 gfx101x objects, 10,593 kernels) and the
+//!   gfx101x Tensile files of sid and experimental: decoded to the end, none flagged.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -364,6 +368,15 @@ fn hipcc_buffer_kernels_flagged_only_with_the_cdna_layout() {
     assert!(reads <= 8, "{reads} reads");
 }
 
+/// Positioned reads of a file, for `code_objects`.
+struct FileReader<'a>(&'a std::fs::File);
+
+impl co::ReadAt for FileReader<'_> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self.0, buf, offset)
+    }
+}
+
 /// Every code object of a HIP library's `.hip_fatbin` (plain bundles; each bundle's
 /// length from its own headers, as the shim finds it).
 fn fatbin_scans(data: &[u8]) -> Vec<ImageScan> {
@@ -432,8 +445,9 @@ fn debian_rocsparse_scans_without_error() {
 
 /// Debian's rocBLAS in the compatibility roots (sid: ROCm 6.4, experimental: 7.2;
 /// tests/compat/run builds them into RMCP_COMPAT_CACHE, default /var/cache/rmcp-compat in
-/// CI; skipped when they are not there): its gfx101x Tensile code objects (the files the
-/// doctor's code-objects check reads), every one decoded to the end and none flagged.
+/// CI; skipped when they are not there): the gfx101x code objects of sid's
+/// `librocblas.so.4` and the gfx101x Tensile code objects of both (the files the doctor's
+/// code-objects check reads), every one decoded to the end and none flagged.
 #[test]
 fn debian_rocblas_gfx101x_tensile_objects_are_not_flagged() {
     let cache = std::env::var_os("RMCP_COMPAT_CACHE")
@@ -470,6 +484,40 @@ fn debian_rocblas_gfx101x_tensile_objects_are_not_flagged() {
     }
     files.sort();
     let mut n = [0; 4];
+    // The shared library of sid's rocBLAS (6.4, plain bundles; experimental's 7.2 compresses
+    // them): each bundle of its 1 GB .hip_fatbin read alone, its length from its headers.
+    let lib = cache.join("roots/sid/usr/lib/x86_64-linux-gnu/librocblas.so.4");
+    if let Ok(file) = std::fs::File::open(&lib) {
+        use std::os::unix::fs::FileExt;
+        let section = co::find_section(&FileReader(&file), FATBIN_SECTION)
+            .unwrap()
+            .expect(".hip_fatbin");
+        let fat = co::scan_fatbin(&FileReader(&file), section.offset, section.size);
+        let mut lib_n = [0; 4];
+        for b in &fat.bundles {
+            let len =
+                image_len(&mut |at, buf| file.read_exact_at(buf, b.offset + at as u64).is_ok())
+                    .expect("bundle length");
+            let mut image = vec![0u8; len];
+            file.read_exact_at(&mut image, b.offset).unwrap();
+            let scan = scan_image(&image).unwrap();
+            let one = none_flagged(&lib.display().to_string(), std::slice::from_ref(&scan));
+            for i in 0..4 {
+                lib_n[i] += one[i];
+            }
+        }
+        eprintln!(
+            "rocBLAS {}: {} bundles, {} gfx101x code objects, {} kernels, {} buffer \
+             instructions, {} with a literal word 3; none flagged",
+            lib.display(),
+            fat.bundles.len(),
+            lib_n[0],
+            lib_n[1],
+            lib_n[2],
+            lib_n[3]
+        );
+        assert!(lib_n[0] > 0 && lib_n[1] > 0, "{lib_n:?}");
+    }
     for f in &files {
         let image = read(f);
         let scan = scan_image(&image).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
