@@ -47,8 +47,10 @@
 //! literal). The fix rewrites the literal itself, so another use of the same `s_mov_b32`
 //! result would see the new value too (in Triton's and hipcc's code that register feeds
 //! only the descriptor). The decoder's write tables are from LLVM's GFX10 encodings; an
-//! SGPR write they missed could keep a stale literal: a false finding is possible only
-//! then, and only for a broken-layout literal. Checked on Triton 3.5.1's and hipcc's
+//! SGPR write they missed could keep a stale literal, and so could an indirect jump
+//! (`s_setpc_b64`) into the middle of a function (LLVM's AMDGPU backend makes no jump
+//! tables; `s_setpc_b64` returns and tail-calls): a false finding is possible only then,
+//! and only for a broken-layout literal. Checked on Triton 3.5.1's and hipcc's
 //! output and Debian's rocBLAS (tests/buffer_descriptors.rs).
 //!
 //! Pure: no FFI, no logging, no global state; every index is checked (never a panic, never
