@@ -40,6 +40,19 @@
 //! instruction's word 3 unchanged. An object with code the decoder cannot size reports no
 //! findings at all ([`CodeObjectScan::undecodable`]), rather than a guess.
 //!
+//! Limits: only objects whose ELF header (and bundle entry, if any) name gfx1010-gfx1013
+//! or gfx10-1-generic are decoded; compressed bundles are not opened. A literal is followed
+//! only through SGPRs s0-s105 and `s_mov_b32`/`s_mov_b64` copies (a descriptor built in
+//! VGPRs and moved with `v_readfirstlane` is missed, as is one whose word 3 is not a
+//! literal). The fix rewrites the literal itself, so another use of the same `s_mov_b32`
+//! result would see the new value too (in Triton's and hipcc's code that register feeds
+//! only the descriptor). The decoder's write tables are from LLVM's GFX10 encodings; an
+//! SGPR write they missed could keep a stale literal, and so could an indirect jump
+//! (`s_setpc_b64`) into the middle of a function (LLVM's AMDGPU backend makes no jump
+//! tables; `s_setpc_b64` returns and tail-calls): a false finding is possible only then,
+//! and only for a broken-layout literal. Checked on Triton 3.5.1's and hipcc's
+//! output and Debian's rocBLAS (tests/buffer_descriptors.rs).
+//!
 //! Pure: no FFI, no logging, no global state; every index is checked (never a panic, never
 //! a read past the slice). The fuzz target `fuzz/fuzz_targets/buffer_descriptors.rs` checks
 //! that, and that [`fix_image`] changes only the literals.
@@ -584,6 +597,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
 
     let mut input: Vec<Option<Box<State>>> = vec![None; blocks];
     let mut work: Vec<usize> = Vec::new();
+    let mut queued = vec![false; blocks];
     // Entries: the start, and (all registers unknown) every block after a stop or a
     // call's return (a call's effect is applied as its own transfer).
     for b in 0..blocks {
@@ -592,6 +606,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
         if b == 0 || after_stop {
             input[b] = Some(Box::new([None; SGPRS]));
             work.push(b);
+            queued[b] = true;
         }
     }
     // Each block's input only ever loses known registers: at most SGPRS + 1 changes each.
@@ -601,6 +616,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
             return Err(0);
         }
         budget -= 1;
+        queued[b] = false;
         let Some(mut state) = input[b].clone() else {
             continue;
         };
@@ -637,8 +653,9 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
                 }
                 Some(cur) => meet(cur, &state),
             };
-            if changed && !work.contains(&s) {
+            if changed && !queued[s] {
                 work.push(s);
+                queued[s] = true;
             }
         }
     }
@@ -739,9 +756,20 @@ const MAX_TABLE_BYTES: usize = 16 << 20;
 /// the section and program header tables and the sections and segments they describe;
 /// plain bundle: its entry table and entries; compressed bundle v2/v3: its total size),
 /// given only a reader of its bytes: `read(offset, buf)` fills `buf` from `offset` or
-/// returns false. It reads the headers only, in small pieces, front to back. None when
-/// the headers are not an image's or a read fails.
+/// returns false. It reads the headers, in small pieces, front to back, then the last byte
+/// they claim (so the whole extent is known readable at its ends). None when the headers
+/// are not an image's or a read fails.
 pub fn image_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
+    let len = headers_len(read)?;
+    // The last byte the headers claim must be readable too (the reader decides what is).
+    let mut last = [0u8; 1];
+    if len == 0 || !read(len - 1, &mut last) {
+        return None;
+    }
+    Some(len)
+}
+
+fn headers_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
     let mut magic = [0u8; 4];
     if !read(0, &mut magic) {
         return None;
