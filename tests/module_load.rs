@@ -15,8 +15,11 @@
 //!   every call.
 //! - ROCm 7.2.4 (the compat cache's experimental root, RMCP_COMPAT_CACHE): Triton 3.5.1's own
 //!   gfx1010 vector-add object, loaded as Triton's driver loads it (dlopen RTLD_LOCAL,
-//!   hipGetProcAddress, hipModuleLoadDataEx): the same, and Triton's gfx1030 object on the
-//!   RDNA2 is left alone.
+//!   hipGetProcAddress, hipModuleLoadDataEx), by a program linked to the runtime and by one
+//!   that only dlopens it: the same, and Triton's gfx1030 object on the RDNA2 is left
+//!   alone.
+//! - Real Triton 3.5.1 in that root (scripts/triton-root), buffer ops on: its kernel reaches
+//!   the GPU fixed under rmcp, as compiled without it.
 //! - 5.2.3 with Triton's object: the runtime refuses it with and without rmcp, and rmcp's
 //!   answer is the runtime's (the fixed copy refused, the original tried again).
 //!
@@ -371,6 +374,18 @@ fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
 /// own library up by that name, and Triton's driver dlopens it; the root has no
 /// libamdhip64-dev, which ships the link).
 fn run7(dir: &RootDir, fixture: &str, shim: bool, env: &[(&str, &str)], object: &str) -> Ran {
+    run_in_root(dir, "module_load7", fixture, shim, env, object)
+}
+
+/// `PROGRAM proc OBJECT add_kernel` in the root (`run7`).
+fn run_in_root(
+    dir: &RootDir,
+    program: &str,
+    fixture: &str,
+    shim: bool,
+    env: &[(&str, &str)],
+    object: &str,
+) -> Ran {
     let inside = |name: &str| dir.inside.join(name).display().to_string();
     let mut vars = root_env(dir, fixture, shim, "proc");
     vars.push(("LD_LIBRARY_PATH", inside("lib")));
@@ -379,7 +394,7 @@ fn run7(dir: &RootDir, fixture: &str, shim: bool, env: &[(&str, &str)], object: 
     root_ran(
         dir,
         "proc",
-        &mut dir.command(&vars, &inside("module_load7"), &args),
+        &mut dir.command(&vars, &inside(program), &args),
     )
 }
 
@@ -397,6 +412,7 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
     let triton = code(&std::fs::read(objects.path().join(object)).unwrap());
     let dir = root_dir(&root, &lib, "module-load");
     dir.copy(&module_load_program(7), "module_load7");
+    dir.copy(&module_load_program(0), "module_load_dl");
     for o in [object, gfx1030] {
         dir.copy(&objects.path().join(o), o);
     }
@@ -427,6 +443,13 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
         said[0].contains("hipModuleLoadDataEx") && said[0].contains("24 buffer instructions"),
         "{said:?}"
     );
+
+    // The runtime opened RTLD_LOCAL only (no other copy in the process, as from Python's
+    // ctypes): the lookups hand out the copy's own entries, which fix the load too.
+    let local = run_in_root(&dir, "module_load_dl", "rdna1", true, &[], object);
+    assert_eq!(local.stdout, LOADED, "RTLD_LOCAL: {}", local.stderr);
+    assert_eq!(seen(&local.dump, &triton), Seen::Fixed);
+    assert_eq!(local.count("fixed"), 1);
 
     for (setting, n) in [("warn", 1), ("off", 0)] {
         let w = r(
@@ -484,7 +507,10 @@ fn real_triton_on_7_2_4_gets_its_kernel_fixed_under_rmcp() {
     let run = |shim: bool, tag: &str| -> (Ran, Vec<u8>) {
         let mut env = root_env(&dir, "rdna1", shim, tag);
         env.extend([
-            ("PATH", "/opt/rmcp-triton/venv/bin:/usr/bin:/bin".to_string()),
+            (
+                "PATH",
+                "/opt/rmcp-triton/venv/bin:/usr/bin:/bin".to_string(),
+            ),
             ("PYTHONPATH", triton.display().to_string()),
             ("LD_LIBRARY_PATH", "/opt/rmcp-triton/lib".to_string()),
             (
@@ -524,7 +550,10 @@ fn real_triton_on_7_2_4_gets_its_kernel_fixed_under_rmcp() {
     assert_eq!(scan.literals(), 1, "Triton's buffer-ops kernel: {scan:?}");
     assert_eq!(seen(&none.dump, &kernel), Seen::Original);
     assert_eq!(seen(&with.dump, &kernel), Seen::Fixed);
-    assert_eq!((with.count("fixed"), with.count("instructions_fixed")), (1, 1));
+    assert_eq!(
+        (with.count("fixed"), with.count("instructions_fixed")),
+        (1, 1)
+    );
     assert_eq!(with.stats["calls"]["hipModuleLoadDataEx"]["rewritten"], 1);
     let said = with.said();
     assert_eq!(said.len(), 1, "{}", with.stderr);
