@@ -18,42 +18,15 @@ use rmcp_core::buffer_descriptors::{
     CodeObjectScan, ImageScan, fix_image, fixed_word3, image_len, scan_image,
 };
 use rmcp_core::code_objects::{self as co, FATBIN_SECTION};
-use rmcp_testkit::{hipcc, missing, repo, which};
+use rmcp_testkit::{missing, which};
 
-/// The venv holding Triton: RMCP_TRITON_VENV, else scripts/triton-venv's default.
-fn triton_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("RMCP_TRITON_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/wheel-cache/triton-venv"));
-    let python = venv.join("bin/python");
-    if python.is_file() {
-        Some(python)
-    } else {
-        missing(&format!(
-            "no Triton venv at {} (run scripts/triton-venv; CI exports RMCP_TRITON_VENV)",
-            venv.display()
-        ));
-        None
-    }
-}
-
-/// Triton's four objects, compiled once per test process.
+/// Triton's four objects (`rmcp_testkit::triton_objects`), compiled once per test process.
 fn triton_objects() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let python = triton_python()?;
         let dir = std::env::temp_dir().join(format!("rmcp-triton-objects-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new(python)
-            .arg(repo().join("tests/triton/compile.py"))
-            .arg(&dir)
-            .output()
-            .expect("run tests/triton/compile.py");
-        assert!(
-            out.status.success(),
-            "tests/triton/compile.py: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        rmcp_testkit::triton_objects(&dir)?;
         Some(dir)
     })
     .as_deref()
@@ -220,45 +193,11 @@ fn triton_buffer_ops_off_and_gfx1030_objects_are_not_flagged() {
 }
 
 /// A gfx1010 kernel that loads and stores through raw buffer descriptors made by hand
-/// with word 3 = `word3`, built by hipcc (an offload bundle).
+/// with word 3 = `word3`, built by hipcc (an offload bundle;
+/// `rmcp_testkit::buffer_kernel_object`).
 fn hipcc_buffer_kernel(dir: &Path, word3: &str) -> Option<Vec<u8>> {
-    let hipcc = hipcc()?;
-    let src = dir.join("buf.hip");
-    std::fs::write(&src, BUFFER_KERNEL).unwrap();
-    let co = dir.join(format!("buf-{word3}.co"));
-    let out = Command::new(hipcc)
-        .args(["--genco", "--offload-arch=gfx1010", "-O2"])
-        .arg(format!("-DWORD3={word3}"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&co)
-        .output()
-        .expect("run hipcc");
-    assert!(out.status.success(), "hipcc: {out:?}");
-    Some(read(&co))
+    rmcp_testkit::buffer_kernel_object(dir, word3).map(|co| read(&co))
 }
-
-const BUFFER_KERNEL: &str = r#"#include <hip/hip_runtime.h>
-typedef int v4i __attribute__((ext_vector_type(4)));
-__device__ float raw_load(v4i rsrc, int voffset, int soffset, int aux)
-    __asm("llvm.amdgcn.raw.buffer.load.f32");
-__device__ void raw_store(float v, v4i rsrc, int voffset, int soffset, int aux)
-    __asm("llvm.amdgcn.raw.buffer.store.f32");
-__device__ static v4i rsrc(const void *p, int bytes) {
-    unsigned long long a = (unsigned long long)p;
-    v4i r;
-    r.x = (int)(unsigned)a;
-    r.y = (int)(unsigned)(a >> 32) & 0xffff;
-    r.z = bytes;
-    r.w = WORD3;
-    return r;
-}
-extern "C" __global__ void copy(float *out, const float *in, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    float v = raw_load(rsrc(in, n * 4), i * 4, 0, 0);
-    raw_store(v + 1.0f, rsrc(out, n * 4), i * 4, 0, 0);
-}
-"#;
 
 #[test]
 fn hipcc_buffer_kernels_flagged_only_with_the_cdna_layout() {
