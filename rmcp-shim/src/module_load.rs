@@ -51,7 +51,9 @@ static SAID: AtomicBool = AtomicBool::new(false);
 static SAID_FULL: AtomicBool = AtomicBool::new(false);
 
 /// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
-/// any of them is not mapped readable.
+/// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
+/// refuses it (Docker's default profile allows it only with CAP_SYS_PTRACE), through a pipe
+/// of the shim's own (`read_through_pipe`).
 fn read_own(addr: usize, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
@@ -68,7 +70,64 @@ fn read_own(addr: usize, buf: &mut [u8]) -> bool {
     // from this process's address space and fails (EFAULT) where it is not mapped, instead
     // of faulting.
     let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    usize::try_from(got).is_ok_and(|n| n == buf.len())
+    if got >= 0 {
+        return usize::try_from(got).is_ok_and(|n| n == buf.len());
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => read_through_pipe(addr, buf),
+        _ => false,
+    }
+}
+
+/// [`read_own`] through a pipe: `write(2)` from the address fails with EFAULT where it is
+/// not mapped, where a plain read would fault. One page at a time, so that a write into the
+/// empty pipe never blocks. The pipe is the shim's own, closed on return (and on exec).
+fn read_through_pipe(addr: usize, buf: &mut [u8]) -> bool {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return false;
+    }
+    let mut ok = true;
+    for (i, chunk) in buf.chunks_mut(4096).enumerate() {
+        let Some(at) = addr.checked_add(i * 4096) else {
+            ok = false;
+            break;
+        };
+        // SAFETY: the kernel reads `chunk.len()` bytes at `at` from this process and fails
+        // with EFAULT where they are not mapped; `fds[1]` is the pipe created above.
+        let wrote = unsafe { libc::write(fds[1], at as *const c_void, chunk.len()) };
+        if usize::try_from(wrote).ok() != Some(chunk.len()) {
+            ok = false;
+            break;
+        }
+        let mut done = 0;
+        while done < chunk.len() {
+            // SAFETY: reads into the unfilled rest of `chunk`, from the pipe created above,
+            // which holds exactly the bytes written.
+            let n = unsafe {
+                libc::read(
+                    fds[0],
+                    chunk[done..].as_mut_ptr().cast(),
+                    chunk.len() - done,
+                )
+            };
+            match usize::try_from(n) {
+                Ok(n) if n > 0 => done += n,
+                _ => break,
+            }
+        }
+        if done != chunk.len() {
+            ok = false;
+            break;
+        }
+    }
+    // SAFETY: the two descriptors pipe2 created above, closed once.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    ok
 }
 
 /// The image at `image` as the caller handed it: its length from its own headers, its
@@ -464,6 +523,12 @@ mod tests {
         assert!(!read_own(usize::MAX - 2, &mut buf));
         assert!(read_image(std::ptr::null()).is_none());
         assert!(read_image(16 as *const c_void).is_none());
+        // The pipe's way, as where process_vm_readv is refused: across pages too.
+        let big: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut got = vec![0u8; big.len()];
+        assert!(read_through_pipe(big.as_ptr() as usize, &mut got));
+        assert_eq!(got, big);
+        assert!(!read_through_pipe(8, &mut buf));
     }
 
     #[test]
@@ -497,6 +562,13 @@ mod tests {
             h[0x3c..0x3e].copy_from_slice(&4u16.to_le_bytes());
             std::ptr::copy_nonoverlapping(h.as_ptr(), at, 64);
             assert!(read_image(at.cast()).is_none());
+            // Both ways of reading stop at the unmapped page, and read up to it.
+            let mut across = [0u8; 128];
+            assert!(!read_own(at as usize, &mut across));
+            assert!(!read_through_pipe(at as usize, &mut across));
+            let mut head = [0u8; 64];
+            assert!(read_through_pipe(at as usize, &mut head));
+            assert_eq!(head, h);
             libc::munmap(p, page);
         }
     }
