@@ -10,9 +10,10 @@
 //!   name with hipModuleLoadData and hipModuleLoadDataEx: the GPU gets the original without
 //!   rmcp and the fixed code with it; `warn` and `off` load the original; on an RDNA2
 //!   (gfx1031, made to run gfx1010 code with HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing
-//!   changes; a kernel with the RDNA layout (`0x31014000`) is left alone; hipModuleLoad is
-//!   never changed, and its broken file named. The caller's buffer is byte-identical after
-//!   every call.
+//!   changes; a kernel with the RDNA layout (`0x31014000`) is left alone, and so are bytes
+//!   that are no code object and a truncated image (the runtime's answer either way);
+//!   hipModuleLoad is never changed, and its broken file named. The caller's buffer is
+//!   byte-identical after every call.
 //! - ROCm 7.2.4 (the compat cache's experimental root, RMCP_COMPAT_CACHE): Triton 3.5.1's own
 //!   gfx1010 vector-add object, loaded as Triton's driver loads it (dlopen RTLD_LOCAL,
 //!   hipGetProcAddress, hipModuleLoadDataEx), by a program linked to the runtime and by one
@@ -281,6 +282,35 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
     );
     assert_eq!((c.count("scanned"), c.count("broken")), (1, 0));
     assert!(c.said().is_empty(), "{}", c.stderr);
+
+    // Not a code object, and the broken one cut in half: read as far as their own headers
+    // allow, not scanned, forwarded untouched; the runtime's answer either way.
+    let bytes = std::fs::read(&broken).unwrap();
+    let junk: Vec<u8> = (0..3000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for (name, content) in [
+        ("junk.bin", junk),
+        ("half.co", bytes[..bytes.len() / 2].to_vec()),
+    ] {
+        let path = d.join(name);
+        std::fs::write(&path, content).unwrap();
+        let args = ["data", path.to_str().unwrap()];
+        let none = run5(&lib, d, "rdna1", false, &[], &args);
+        let with = run5(&lib, d, "rdna1", true, &[], &args);
+        assert!(
+            none.stdout.starts_with("load rc="),
+            "{name}: {}",
+            none.stderr
+        );
+        assert_eq!(with.stdout, none.stdout, "{name}: {}", with.stderr);
+        assert_eq!(
+            (with.count("unreadable"), with.count("fixed")),
+            (1, 0),
+            "{name}"
+        );
+        assert!(with.said().is_empty(), "{name}: {}", with.stderr);
+    }
 
     // hipModuleLoad: the call is never changed; the broken file is named.
     let f = run5(&lib, d, "rdna1", true, &[], &["file", file, "copy"]);

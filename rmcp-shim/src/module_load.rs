@@ -310,11 +310,17 @@ fn load_on(
     let Ok(Some(binding)) = catch_unwind(|| binding_of(caller, global.config)) else {
         return forward_bare(caller, &bare);
     };
-    let prepared = catch_unwind(AssertUnwindSafe(|| {
-        let _no_cancel = crate::cancel::NoCancel::new();
-        prepare(global, binding, image)
-    }))
-    .unwrap_or(UNTOUCHED);
+    // A call without a module out-pointer fails in the runtime whatever the image: nothing
+    // to read or fix.
+    let prepared = if call.out.is_null() {
+        UNTOUCHED
+    } else {
+        catch_unwind(AssertUnwindSafe(|| {
+            let _no_cancel = crate::cancel::NoCancel::new();
+            prepare(global, binding, image)
+        }))
+        .unwrap_or(UNTOUCHED)
+    };
     let api = &binding.api;
     let lacks = std::cell::Cell::new(false);
     let make = |img: *const c_void| {
