@@ -32,10 +32,14 @@ fn triton_objects() -> Option<&'static Path> {
     .as_deref()
 }
 
+/// LLVM's disassembler: the one of the LLVM hipcc uses (Debian's hipcc depends on
+/// llvm-15), else `llvm-objdump` on PATH.
 fn objdump() -> Option<PathBuf> {
-    let found = which("llvm-objdump");
+    let found = Some(PathBuf::from("/usr/lib/llvm-15/bin/llvm-objdump"))
+        .filter(|p| p.is_file())
+        .or_else(|| which("llvm-objdump"));
     if found.is_none() {
-        missing("no llvm-objdump (apt-get install llvm)");
+        missing("no llvm-objdump (apt-get install hipcc, which brings llvm-15)");
     }
     found
 }
@@ -144,7 +148,7 @@ fn triton_gfx1010_buffer_ops_object_is_flagged_at_the_disassemblers_instructions
     assert_eq!(f.literal_at, movs[0] + 4);
     assert_eq!(f.buffer_at, buffers);
     assert_eq!(f.kernel.as_deref(), Some("add_kernel"));
-    assert_eq!(scan.buffer_instructions(), buffers.len());
+    assert_eq!(scan.broken_buffer_instructions(), buffers.len());
     assert_eq!(scan.kernels_with_findings(), 1);
     check_fix(&image, &scan);
 }
@@ -323,15 +327,15 @@ fn debian_rocsparse_scans_without_error() {
     assert!(scans.iter().all(|s| s.literals() == 0));
 }
 
-/// Debian's rocBLAS in the compatibility roots (sid: ROCm 6.4, experimental: 7.2; tests/compat
-/// builds them into RMCP_COMPAT_CACHE): its gfx101x Tensile code objects (the files the
+/// Debian's rocBLAS in the compatibility roots (sid: ROCm 6.4, experimental: 7.2;
+/// tests/compat/run builds them into RMCP_COMPAT_CACHE, default /var/cache/rmcp-compat in
+/// CI; skipped when they are not there): its gfx101x Tensile code objects (the files the
 /// doctor's code-objects check reads), every one decoded to the end and none flagged.
 #[test]
 fn debian_rocblas_gfx101x_tensile_objects_are_not_flagged() {
-    let Some(cache) = std::env::var_os("RMCP_COMPAT_CACHE").map(PathBuf::from) else {
-        rmcp_testkit::skip("RMCP_COMPAT_CACHE unset: no Debian rocBLAS with gfx101x code here");
-        return;
-    };
+    let cache = std::env::var_os("RMCP_COMPAT_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/rmcp-compat"));
     let mut files = Vec::new();
     for root in ["sid", "exp"] {
         let libdir = cache
@@ -354,7 +358,11 @@ fn debian_rocblas_gfx101x_tensile_objects_are_not_flagged() {
         }
     }
     if files.is_empty() {
-        missing("no rocBLAS in the compatibility roots (tests/compat/run builds them)");
+        // As tests/cli_code_objects.rs: the roots are made after the tests in .ci/run.
+        rmcp_testkit::skip(&format!(
+            "no Debian sid/experimental root with rocBLAS under {} (tests/compat/run builds it)",
+            cache.display()
+        ));
         return;
     }
     files.sort();
@@ -380,4 +388,45 @@ fn debian_rocblas_gfx101x_tensile_objects_are_not_flagged() {
     // buffer instructions are scratch accesses through the kernel's own descriptor, never
     // a literal word 3.)
     assert!(n[0] > 0 && n[1] > 0, "{n:?}");
+}
+
+/// `rmcp check`'s own buffer-layout kernels (src/field_check/kernels.hip, built as build.rs
+/// builds them): the Triton-layout kernel is flagged, at its one literal feeding its store
+/// and load, so the shim's load-time rewrite applies to it as to a Triton kernel; the
+/// RDNA-layout kernel, the control and the atomics kernels are not.
+#[test]
+fn rmcp_checks_triton_layout_kernel_is_flagged_and_only_it() {
+    let Some(hipcc) = hipcc() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let co = dir.path().join("check.co");
+    let out = Command::new(hipcc)
+        .args(["--genco", "-nogpuinc", "-nogpulib", "-O2", "-Wall"])
+        .args(["--offload-arch=gfx1010", "--offload-arch=gfx1030"])
+        .arg(repo().join("src/field_check/kernels.hip"))
+        .arg("-o")
+        .arg(&co)
+        .output()
+        .expect("run hipcc");
+    assert!(out.status.success(), "hipcc: {out:?}");
+    let image = read(&co);
+    let scan = scan_image(&image).unwrap();
+    assert_eq!(scan.objects.len(), 2, "{scan:?}");
+    for obj in &scan.objects {
+        assert_eq!(obj.kernels, 7, "{obj:?}");
+        if obj.target.ends_with("gfx1030") {
+            assert!(obj.findings.is_empty());
+            continue;
+        }
+        assert_eq!(obj.undecodable, None);
+        assert_eq!(obj.findings.len(), 1, "{obj:?}");
+        let f = &obj.findings[0];
+        assert_eq!(f.kernel.as_deref(), Some("rmcp_check_buffer_triton"));
+        assert_eq!(f.word3, 0x0002_7000);
+        assert_eq!(f.buffer_at.len(), 2);
+        // Both buffer kernels' word 3 were followed (the RDNA one to 0x31027000).
+        assert_eq!(obj.literal_word3, 4, "{obj:?}");
+    }
+    check_fix(&image, &scan);
 }

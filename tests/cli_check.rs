@@ -745,6 +745,23 @@ fn on_the_emulated_gpu_the_verdict_is_inconclusive() {
         }
     }
     assert_eq!(v["rewrites"]["rewritten"], 15, "{v:#}");
+    // The buffer-layout experiment: its kernels load and launch (counts, no error line) but
+    // nothing runs, the control included: inconclusive, never a verdict on the layouts.
+    let b = &v["buffer_layout"];
+    assert_eq!(b["verdict"], "inconclusive", "{b:#}");
+    assert!(
+        b["sentence"].as_str().unwrap().contains("the control"),
+        "{b:#}"
+    );
+    for run in ["without_rmcp", "with_rmcp"] {
+        for k in ["triton_rdna1_layout", "rdna_layout", "global_control"] {
+            let c = &b[run][k];
+            assert_eq!(c["total"], 4096, "{run} {k}: {b:#}");
+            assert_eq!(c["written"], 0, "{run} {k}: {b:#}");
+        }
+        assert_eq!(b[run]["triton_rdna1_layout"]["word3"], "0x00027000");
+        assert_eq!(b[run]["rdna_layout"]["word3"], "0x31027000");
+    }
     // What reached the driver: the coherent placements' hipHostMalloc allocations were
     // COHERENT in the first run only (one main thread per run, in order).
     let text = std::fs::read_to_string(&log).unwrap();

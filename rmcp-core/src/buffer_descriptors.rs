@@ -26,7 +26,8 @@
 //! pub const fn is_broken_word3(w: u32) -> bool;
 //! pub const fn fixed_word3(w: u32) -> u32;
 //! pub fn fix_image(image: &[u8], scan: &ImageScan) -> Option<Vec<u8>>;
-//! ImageScan::{findings(), literals(), buffer_instructions(), kernels_with_findings(), undecodable()}
+//! ImageScan::{findings(), literals(), broken_buffer_instructions(), kernels_with_findings(),
+//!             undecodable()}
 //! CodeObjectScan::runs_on_rdna1()
 //! ```
 //!
@@ -157,7 +158,7 @@ impl ImageScan {
         self.findings().count()
     }
     /// Buffer instructions they feed.
-    pub fn buffer_instructions(&self) -> usize {
+    pub fn broken_buffer_instructions(&self) -> usize {
         self.findings().map(|(_, f)| f.buffer_at.len()).sum()
     }
     /// Distinct kernels (function symbols) with a finding; a finding outside any named
@@ -564,13 +565,13 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
                         None => return Err(*at),
                     }
                 }
-                if i + 1 < insns.len() {
-                    leader[i + 1] = true;
+                if let Some(next) = leader.get_mut(i + 1) {
+                    *next = true;
                 }
             }
             Effect::Stop | Effect::Call => {
-                if i + 1 < insns.len() {
-                    leader[i + 1] = true;
+                if let Some(next) = leader.get_mut(i + 1) {
+                    *next = true;
                 }
             }
             _ => {}
@@ -583,6 +584,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
 
     let mut input: Vec<Option<Box<State>>> = vec![None; blocks];
     let mut work: Vec<usize> = Vec::new();
+    let mut queued = vec![false; blocks];
     // Entries: the start, and (all registers unknown) every block after a stop or a
     // call's return (a call's effect is applied as its own transfer).
     for b in 0..blocks {
@@ -591,6 +593,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
         if b == 0 || after_stop {
             input[b] = Some(Box::new([None; SGPRS]));
             work.push(b);
+            queued[b] = true;
         }
     }
     // Each block's input only ever loses known registers: at most SGPRS + 1 changes each.
@@ -600,6 +603,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
             return Err(0);
         }
         budget -= 1;
+        queued[b] = false;
         let Some(mut state) = input[b].clone() else {
             continue;
         };
@@ -636,8 +640,9 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
                 }
                 Some(cur) => meet(cur, &state),
             };
-            if changed && !work.contains(&s) {
+            if changed && !queued[s] {
                 work.push(s);
+                queued[s] = true;
             }
         }
     }
@@ -672,8 +677,8 @@ fn transfer(state: &mut State, at: usize, effect: Effect) {
         }
         Effect::Copy { dst, src, count } => {
             let mut tmp: [Reg; 2] = [None; 2];
-            for i in 0..(count as usize).min(2) {
-                tmp[i] = state.get(src as usize + i).copied().flatten();
+            for (i, t) in tmp.iter_mut().enumerate() {
+                *t = state.get(src as usize + i).copied().flatten();
             }
             for (i, v) in tmp.iter().enumerate().take(count as usize) {
                 if let Some(r) = state.get_mut(dst as usize + i) {
@@ -738,9 +743,20 @@ const MAX_TABLE_BYTES: usize = 16 << 20;
 /// the section and program header tables and the sections and segments they describe;
 /// plain bundle: its entry table and entries; compressed bundle v2/v3: its total size),
 /// given only a reader of its bytes: `read(offset, buf)` fills `buf` from `offset` or
-/// returns false. It reads the headers only, in small pieces, front to back. None when
-/// the headers are not an image's or a read fails.
+/// returns false. It reads the headers, in small pieces, front to back, then the last byte
+/// they claim (so the whole extent is known readable at its ends). None when the headers
+/// are not an image's or a read fails.
 pub fn image_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
+    let len = headers_len(read)?;
+    // The last byte the headers claim must be readable too (the reader decides what is).
+    let mut last = [0u8; 1];
+    if len == 0 || !read(len - 1, &mut last) {
+        return None;
+    }
+    Some(len)
+}
+
+fn headers_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
     let mut magic = [0u8; 4];
     if !read(0, &mut magic) {
         return None;

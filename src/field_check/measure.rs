@@ -39,6 +39,10 @@
 //!   host-default atomicMin 256/256
 //!   ...
 //!   unchanged: host-default host-mapped      (placements whose every slot kept its initial value)
+//!   buffer-triton: written 0/4096 read 0/4096     (buffer_layout.rs: the buffer-layout
+//!   buffer-rdna: written 4096/4096 read 4096/4096  experiment, on hipMalloc memory; its
+//!   buffer-global: written 4096/4096 read 4096/4096  verdict does not change the exit
+//!   buffer-verdict: buffer-layout-drops-writes      status)
 //!   verdict: wrong: host-default host-mapped host-coherent
 //!
 //! Exit status: 0 every placement right; 1 some placement wrong; 2 no usable device
@@ -52,6 +56,7 @@ use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use rmcp_core::topology::{PcieAtomics, Topology};
 use rmcp_sys::PciAddress;
 
+use super::buffer_layout;
 use super::kernels;
 
 /// The output format's version (the `field-check:` line).
@@ -337,7 +342,18 @@ fn library_path(addr: *const c_void) -> String {
 /// The kernels, loaded once into the current device.
 struct Module {
     functions: [*mut c_void; 4],
+    /// The buffer-layout kernels (`BUFFER_KERNELS`), or why they could not be found.
+    buffer: Result<[*mut c_void; 3], String>,
 }
+
+/// The buffer-layout experiment's kernels (kernels.hip): (line key, name).
+const BUFFER_KERNELS: [(&str, &CStr); 3] = [
+    (buffer_layout::TRITON_KEY, c"rmcp_check_buffer_triton"),
+    (buffer_layout::RDNA_KEY, c"rmcp_check_buffer_rdna"),
+    (buffer_layout::GLOBAL_KEY, c"rmcp_check_global"),
+];
+/// Elements each buffer-layout kernel writes and reads (kernels.hip's BUF_N).
+const BUF_N: usize = 4096;
 
 impl Module {
     fn load(hip: &Hip) -> Result<Module, String> {
@@ -353,7 +369,120 @@ impl Module {
             let e = unsafe { (hip.module_get_function)(&mut functions[i], module, name.as_ptr()) };
             hip.check(e, "hipModuleGetFunction")?;
         }
-        Ok(Module { functions })
+        let mut buffer = [std::ptr::null_mut(); 3];
+        let buffer = BUFFER_KERNELS
+            .iter()
+            .zip(buffer.iter_mut())
+            .try_for_each(|((_, name), f)| {
+                // SAFETY: as above.
+                let e = unsafe { (hip.module_get_function)(f, module, name.as_ptr()) };
+                hip.check(e, "hipModuleGetFunction")
+            })
+            .map(|()| buffer);
+        Ok(Module { functions, buffer })
+    }
+}
+
+/// kernels.hip's `buffer_value`: what thread t stores.
+fn buffer_value(t: u32) -> u32 {
+    mix(t ^ 0x9e37_79b9) | 1
+}
+
+/// Runs one buffer-layout kernel on VRAM (the check's own allocations): `in` holds
+/// `!buffer_value(t)`, `out` and `back` zeroes; then counts the elements of `out` that hold
+/// what the kernel stored, and of `back` that hold what it loaded. Prints its line.
+fn run_buffer(
+    hip: &Hip,
+    module: &Result<Module, String>,
+    index: usize,
+) -> Option<buffer_layout::Counts> {
+    let key = BUFFER_KERNELS[index].0;
+    let bytes = BUF_N * std::mem::size_of::<u32>();
+    let input: Vec<u32> = (0..BUF_N as u32).map(|t| !buffer_value(t)).collect();
+    let mut out_host = vec![0u32; BUF_N];
+    let mut back_host = vec![0u32; BUF_N];
+    let mut bufs: [*mut c_void; 3] = [std::ptr::null_mut(); 3];
+    let result = (|| -> Result<(), String> {
+        let function = match module {
+            Ok(m) => match &m.buffer {
+                Ok(f) => f[index],
+                Err(e) => return Err(e.clone()),
+            },
+            Err(e) => return Err(e.clone()),
+        };
+        // SAFETY: HIP calls with out-pointers to locals, sizes matching the buffers, and
+        // pointers the runtime returned; the kernel's parameters are pointers to the
+        // argument values, as hipModuleLaunchKernel takes.
+        unsafe {
+            for b in bufs.iter_mut() {
+                hip.check((hip.malloc)(b, bytes), "hipMalloc")?;
+                hip.check((hip.memset)(*b, 0, bytes), "hipMemset")?;
+            }
+            hip.check(
+                (hip.memcpy)(bufs[0], input.as_ptr().cast(), bytes, HOST_TO_DEVICE),
+                "hipMemcpy",
+            )?;
+            hip.check((hip.device_synchronize)(), "hipDeviceSynchronize")?;
+            let mut args: [*mut c_void; 3] = [
+                (&raw mut bufs[0]).cast::<c_void>(),
+                (&raw mut bufs[1]).cast::<c_void>(),
+                (&raw mut bufs[2]).cast::<c_void>(),
+            ];
+            hip.check(
+                (hip.module_launch_kernel)(
+                    function,
+                    (BUF_N as u32).div_ceil(BLOCK),
+                    1,
+                    1,
+                    BLOCK,
+                    1,
+                    1,
+                    0,
+                    std::ptr::null_mut(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+                "hipModuleLaunchKernel",
+            )?;
+            hip.check((hip.device_synchronize)(), "kernel")?;
+            hip.check(
+                (hip.memcpy)(out_host.as_mut_ptr().cast(), bufs[1], bytes, DEVICE_TO_HOST),
+                "hipMemcpy",
+            )?;
+            hip.check(
+                (hip.memcpy)(
+                    back_host.as_mut_ptr().cast(),
+                    bufs[2],
+                    bytes,
+                    DEVICE_TO_HOST,
+                ),
+                "hipMemcpy",
+            )?;
+        }
+        Ok(())
+    })();
+    for b in bufs {
+        if !b.is_null() {
+            // SAFETY: a pointer hipMalloc returned, freed once.
+            let _ = unsafe { (hip.free)(b) };
+        }
+    }
+    match result {
+        Err(e) => {
+            println!("{key}: error: {e}");
+            None
+        }
+        Ok(()) => {
+            let c = buffer_layout::Counts {
+                written: (0..BUF_N)
+                    .filter(|&t| out_host[t] == buffer_value(t as u32))
+                    .count() as u64,
+                read: (0..BUF_N).filter(|&t| back_host[t] == input[t]).count() as u64,
+                total: BUF_N as u64,
+            };
+            println!("{key}: {c}");
+            Some(c)
+        }
     }
 }
 
@@ -673,6 +802,12 @@ pub fn main(runtime: Option<&Path>) -> u8 {
     if !unchanged.is_empty() {
         println!("unchanged: {}", unchanged.join(" "));
     }
+    // The buffer-layout experiment (its verdict does not change the exit status).
+    let counts: Vec<Option<buffer_layout::Counts>> = (0..BUFFER_KERNELS.len())
+        .map(|i| run_buffer(&hip, &module, i))
+        .collect();
+    let bv = buffer_layout::verdict(counts[0], counts[1], counts[2]);
+    println!("{}: {}", buffer_layout::VERDICT_KEY, bv.word);
     if !wrong.is_empty() {
         if failed.is_empty() {
             println!("verdict: wrong: {}", wrong.join(" "));

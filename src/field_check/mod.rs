@@ -7,6 +7,9 @@
 //!   dlopen (no HIP soname is linked) and launches the GPU code of `kernels` (built by
 //!   build.rs from `kernels.hip`, embedded in rmcp);
 //! - `runtime`: which runtime (`--runtime`, PyTorch's, TheRock's, the loader's);
+//! - `buffer_layout`: the buffer-layout experiment (Triton's RDNA1 descriptor layout, the
+//!   RDNA layout rmcp writes, plain global stores) and its verdict, reported beside the
+//!   atomics verdict (it does not change the exit status);
 //! - this file: the options, the two runs, reading their output, the verdict (a fixed word
 //!   and a sentence) and the exit status, as text or `--json`.
 //!
@@ -31,6 +34,7 @@ use serde_json::{Value, json};
 use crate::preload;
 use crate::run;
 
+mod buffer_layout;
 mod kernels;
 mod measure;
 mod runtime;
@@ -713,6 +717,8 @@ pub fn main(args: CheckArgs) -> u8 {
         .ok()
         .and_then(|s| rewritten_host_mallocs(&s));
     let verdict = verdict(a, b, rewrites, args.force);
+    let counts = |r: &RunOutput| buffer_layout::run_counts(|k| r.get(k).map(String::from));
+    let buffer = buffer_layout::combined(counts(a), counts(b));
     let used = a.get("runtime").or(b.get("runtime")).unwrap_or("unknown");
     let version = a
         .get("hip-runtime")
@@ -750,6 +756,7 @@ pub fn main(args: CheckArgs) -> u8 {
                 "rewritten": rewritten,
             })),
             "runs": { "without_rmcp": run_json(a), "with_rmcp": run_json(b) },
+            "buffer_layout": buffer_layout::json(counts(a), counts(b)),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return verdict.status;
@@ -788,5 +795,7 @@ pub fn main(args: CheckArgs) -> u8 {
     print_stderr("with rmcp", b);
     println!("\nverdict: {}", verdict.text);
     println!("verdict word: {}", verdict.word);
+    println!("\nbuffer layout: {}", buffer.text);
+    println!("buffer layout word: {}", buffer.word);
     verdict.status
 }

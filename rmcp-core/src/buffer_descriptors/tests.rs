@@ -211,7 +211,7 @@ fn findings_in_a_bundle_are_image_offsets() {
     assert_eq!(
         (
             s.literals(),
-            s.buffer_instructions(),
+            s.broken_buffer_instructions(),
             s.kernels_with_findings()
         ),
         (1, 1, 1)
@@ -301,4 +301,30 @@ fn bad_images_are_errors_not_panics() {
     other[0x104] ^= 1;
     assert_eq!(fix_image(&other, &s), None);
     assert_eq!(fix_image(&elf[..0x104], &s), None);
+}
+
+/// Writes the fuzz target's seeds (fuzz/seeds/buffer_descriptors): each table case as a
+/// gfx1010 object and as bare code, and a bundle. Run by hand:
+/// `cargo test -p rmcp-core write_fuzz_seeds -- --ignored`.
+#[test]
+#[ignore]
+fn write_fuzz_seeds() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/buffer_descriptors");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, (_, text, _)) in table().into_iter().enumerate() {
+        std::fs::write(
+            dir.join(format!("object-{i:02}")),
+            one_kernel(MACH_GFX1010, &text),
+        )
+        .unwrap();
+        std::fs::write(dir.join(format!("code-{i:02}")), &text).unwrap();
+    }
+    let (_, text, _) = table().remove(0);
+    let elf = one_kernel(MACH_GFX1010, &text);
+    let b = cow::bundle(&[
+        ("host-x86_64-unknown-linux-gnu-", b""),
+        ("hipv4-amdgcn-amd-amdhsa--gfx1010", &elf),
+    ]);
+    std::fs::write(dir.join("bundle"), b).unwrap();
 }

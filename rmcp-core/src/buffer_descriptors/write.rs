@@ -96,7 +96,8 @@ pub fn code_object(mach: u8, text: &[u8], functions: &[(&str, usize, usize)]) ->
     }
     let shoff = out.len();
     // (name, type, flags, addr, offset, size, link, entsize)
-    let headers: [(u32, u32, u64, u64, usize, usize, u32, u64); 5] = [
+    type Header = (u32, u32, u64, u64, usize, usize, u32, u64);
+    let headers: [Header; 5] = [
         (0, 0, 0, 0, 0, 0, 0, 0),
         (1, 1, 6, TEXT_AT as u64, TEXT_AT, text.len(), 0, 0),
         (7, 2, 0, 0, symtab_at, symtab.len(), 3, 24),
