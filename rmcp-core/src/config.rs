@@ -269,7 +269,7 @@ config! {
         shown DEFAULT_SYSFS_ROOT,
         help "The KFD topology root.";
     hook_dlsym: bool = "RMCP_HOOK_DLSYM", default true, shown "1",
-        help "`1`: `dlsym` on a HIP runtime's handle hands back the shim's functions; `0`: lookups answer as glibc does.";
+        help "`1`: `dlsym` and `dlvsym` on a HIP runtime's handle hand back the shim's functions; `0`: lookups answer as glibc does.";
     buffer_descriptors: BufferDescriptors = "RMCP_BUFFER_DESCRIPTORS",
         default BufferDescriptors::Fix, shown "fix",
         help "A gfx1010-gfx1013 code object loaded from memory (`hipModuleLoadData`, `hipModuleLoadDataEx`) on a gfx1010-gfx1013 GPU whose buffer instructions take descriptors those GPUs drop (Triton's buffer ops: loads read 0, stores write nothing): `fix` hands the runtime a private copy with those descriptor literals in the RDNA layout, `warn` loads the original and says what to do, `off` does nothing. `RMCP_MODE=off` also leaves images alone; `dry-run` warns.";
