@@ -49,6 +49,7 @@ const MAX_KEPT: u64 = 1 << 30;
 static KEPT: AtomicU64 = AtomicU64::new(0);
 static SAID: AtomicBool = AtomicBool::new(false);
 static SAID_FULL: AtomicBool = AtomicBool::new(false);
+static SAID_FALLBACK: AtomicBool = AtomicBool::new(false);
 
 /// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
 /// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
@@ -382,6 +383,9 @@ fn after(call: Call, caller: Caller, p: &Prepared, rc: HipError, fixed: bool, fa
     );
     if fallback {
         stats::record_image(Image::Fallback, 1);
+        if SAID_FALLBACK.swap(true, Relaxed) {
+            return;
+        }
         tracing::warn!(
             "{what}; the runtime refused the fixed copy (rc={rc}) and loaded the original \
              (further fallbacks are counted, not logged)"
