@@ -98,7 +98,7 @@ fn main() {
         image.len(),
         scan.kernels_with_findings(),
         scan.literals(),
-        scan.buffer_instructions()
+        scan.broken_buffer_instructions()
     );
     println!(
         "the hook's steps (length, copy, scan, fix) per load: median {:?}, fastest {:?}, slowest {:?} (200 loads)",

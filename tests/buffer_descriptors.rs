@@ -18,7 +18,7 @@ use rmcp_core::buffer_descriptors::{
     CodeObjectScan, ImageScan, fix_image, fixed_word3, image_len, scan_image,
 };
 use rmcp_core::code_objects::{self as co, FATBIN_SECTION};
-use rmcp_testkit::{missing, which};
+use rmcp_testkit::{hipcc, missing, repo, which};
 
 /// Triton's four objects (`rmcp_testkit::triton_objects`), compiled once per test process.
 fn triton_objects() -> Option<&'static Path> {
