@@ -8,7 +8,8 @@
 //! - ROCm 5.2.3 (the host's): a hipcc-built gfx1010 kernel with Triton's descriptor word 3
 //!   (`0x00027000`; 5.2.3 cannot read Triton's code object v5, see the last test) loaded by
 //!   name with hipModuleLoadData and hipModuleLoadDataEx: the GPU gets the original without
-//!   rmcp and the fixed code with it; `warn` and `off` load the original; on an RDNA2
+//!   rmcp and the fixed code with it; `warn`, `off` and an exempt caller load the original;
+//!   on an RDNA2
 //!   (gfx1031, made to run gfx1010 code with HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing
 //!   changes; a kernel with the RDNA layout (`0x31014000`) is left alone, and so are bytes
 //!   that are no code object and a truncated image (the runtime's answer either way);
@@ -250,6 +251,23 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
         assert_eq!(seen(&off.dump, &broken_code), Seen::Original, "{mode} off");
         assert_eq!(off.count("scanned"), 0, "off reads nothing");
         assert!(off.said().is_empty(), "{}", off.stderr);
+
+        // An exempt caller (RMCP_EXEMPT): left alone, its images too.
+        let exempt = run5(
+            &lib,
+            d,
+            "rdna1",
+            true,
+            &[("RMCP_EXEMPT", "module_load")],
+            &args,
+        );
+        assert_eq!(exempt.stdout, LOADED, "{mode} exempt: {}", exempt.stderr);
+        assert_eq!(
+            seen(&exempt.dump, &broken_code),
+            Seen::Original,
+            "{mode} exempt"
+        );
+        assert_eq!(exempt.count("scanned"), 0);
 
         // An RDNA2 card running gfx1010 code: never changed, nothing said.
         let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];

@@ -229,7 +229,8 @@ const UNTOUCHED: Prepared = Prepared {
 
 fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared {
     let cfg = global.config;
-    if !decision::scans(cfg.buffer_descriptors, cfg.mode) {
+    // An exempt caller (RMCP_EXEMPT) is left alone, its images too.
+    if !decision::scans(cfg.buffer_descriptors, cfg.mode) || binding.exempt {
         return UNTOUCHED;
     }
     stats::record_image(Image::Scanned, 1);
@@ -456,7 +457,7 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             return;
         }
         let caller = Caller::of::<COPY>(ret);
-        let Some(binding) = binding_of(caller, cfg) else {
+        let Some(binding) = binding_of(caller, cfg).filter(|b| !b.exempt) else {
             return;
         };
         // SAFETY: per this function's contract.
