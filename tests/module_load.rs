@@ -9,21 +9,23 @@
 //!   (`0x00027000`; 5.2.3 cannot read Triton's code object v5, see the last test) loaded by
 //!   name with hipModuleLoadData and hipModuleLoadDataEx: the GPU gets the original without
 //!   rmcp and the fixed code with it; `warn`, `off` and an exempt caller load the original;
-//!   on an RDNA2
-//!   (gfx1031, made to run gfx1010 code with HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing
-//!   changes; a kernel with the RDNA layout (`0x31014000`) is left alone, and so are bytes
-//!   that are no code object and a truncated image (the runtime's answer either way);
+//!   on an emulated RX 6800 XT (gfx1030, made to run gfx1010 code with
+//!   HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing changes; a kernel with the RDNA layout
+//!   (`0x31014000`) is left alone, and so are bytes that are no code object and a truncated
+//!   image (the runtime's answer either way);
 //!   hipModuleLoad is never changed, and its broken file named. The caller's buffer is
 //!   byte-identical after every call.
 //! - ROCm 7.2.4 (the compat cache's experimental root, RMCP_COMPAT_CACHE): Triton 3.5.1's own
 //!   gfx1010 vector-add object, loaded as Triton's driver loads it (dlopen RTLD_LOCAL,
 //!   hipGetProcAddress, hipModuleLoadDataEx), by a program linked to the runtime and by one
-//!   that only dlopens it: the same, and Triton's gfx1030 object on the RDNA2 is left
+//!   that only dlopens it: the same, and Triton's gfx1030 object on the gfx1030 is left
 //!   alone.
 //! - Real Triton 3.5.1 in that root (scripts/triton-root), buffer ops on: its kernel reaches
 //!   the GPU fixed under rmcp, as compiled without it.
 //! - 5.2.3 with Triton's object: the runtime refuses it with and without rmcp, and rmcp's
 //!   answer is the runtime's (the fixed copy refused, the original tried again).
+//! - Patched on Triton's vector add: 1 literal (an `s_mov_b32` of `0x27000`), feeding 24
+//!   buffer instructions.
 //!
 //! Skipped without the real runtime, the emulator, hipcc, Triton (scripts/triton-venv) or
 //! the 7.2.4 root (which also needs root, for chroot); a failure under
@@ -103,6 +105,36 @@ fn seen(dump: &[u8], code: &Code) -> Seen {
         (true, true) => Seen::Both,
         (false, false) => Seen::Neither,
     }
+}
+
+/// An emulated RX 6800 XT (gfx1030), made in `dir` from the rdna2 fixture (gfx1031, which
+/// the emulator runs) with node 1's ISA and device id changed; tests/fixtures' own
+/// `rdna2-gfx1030` is a topology only (no caches, memory banks or render node), which the
+/// emulator cannot run. Returns its directory.
+fn gfx1030_fixture(dir: &Path) -> PathBuf {
+    let to = dir.join("gfx1030");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(repo().join("tests/fixtures/rdna2"))
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let props = to.join("nodes/1/properties");
+    let text: String = std::fs::read_to_string(&props)
+        .unwrap()
+        .lines()
+        .map(|l| match l.split_once(' ') {
+            Some(("gfx_target_version", _)) => "gfx_target_version 100300".to_string(),
+            // 0x73bf, Navi 21 (RX 6800 XT).
+            Some(("device_id", _)) => "device_id 29631".to_string(),
+            _ => l.to_string(),
+        })
+        .map(|l| l + "\n")
+        .collect();
+    assert!(text.contains("gfx_target_version 100300\n"), "{text}");
+    std::fs::write(&props, text).unwrap();
+    to
 }
 
 /// One run's results.
@@ -197,6 +229,7 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
         return;
     };
     let broken_code = code(&std::fs::read(&broken).unwrap());
+    let gfx1030 = gfx1030_fixture(d);
     assert_ne!(broken_code.original, broken_code.fixed);
     let file = broken.to_str().unwrap();
 
@@ -269,9 +302,9 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
         );
         assert_eq!(exempt.count("scanned"), 0);
 
-        // An RDNA2 card running gfx1010 code: never changed, nothing said.
+        // An RDNA2 card (gfx1030) running gfx1010 code: never changed, nothing said.
         let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
-        let other = run5(&lib, d, "rdna2", true, &rdna2, &args);
+        let other = run5(&lib, d, gfx1030.to_str().unwrap(), true, &rdna2, &args);
         assert_eq!(other.stdout, LOADED, "{mode} rdna2: {}", other.stderr);
         assert_eq!(
             seen(&other.dump, &broken_code),
@@ -400,8 +433,8 @@ fn root_ran(dir: &RootDir, tag: &str, cmd: &mut Command) -> Ran {
     }
 }
 
-/// A scratch directory in a compat root with the emulator, the shim (its two files) and the
-/// rdna1 and rdna2 fixtures.
+/// A scratch directory in a compat root with the emulator, the shim (its two files), the
+/// rdna1 fixture and an emulated gfx1030 (`gfx1030_fixture`).
 fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
     let dir = RootDir::new(root, tag);
     let shim = shim_path();
@@ -411,9 +444,9 @@ fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
         "librmcp_shim_body.so",
     );
     dir.copy(&shim, "librmcp_shim.so");
-    for fixture in ["rdna1", "rdna2"] {
-        dir.copy(&repo().join("tests/fixtures").join(fixture), fixture);
-    }
+    dir.copy(&repo().join("tests/fixtures/rdna1"), "rdna1");
+    let made = tempfile::tempdir().unwrap();
+    dir.copy(&gfx1030_fixture(made.path()), "gfx1030");
     dir
 }
 
@@ -512,10 +545,10 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
         assert_eq!(w.said().len(), n as usize, "{setting}: {}", w.stderr);
     }
 
-    // On an RDNA2 card: the gfx1010 object run there through the override is left as it
-    // is, and Triton's gfx1030 object (already in the RDNA layout) too.
+    // On an RDNA2 card (gfx1030): the gfx1010 object run there through the override is left
+    // as it is, and Triton's gfx1030 object (already in the RDNA layout) too.
     let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
-    let o = r("rdna2", true, &rdna2, object);
+    let o = r("gfx1030", true, &rdna2, object);
     assert_eq!(o.stdout, LOADED, "rdna2: {}", o.stderr);
     assert_eq!(seen(&o.dump, &triton), Seen::Original);
     assert_eq!(
@@ -524,12 +557,7 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
     );
     assert!(o.said().is_empty(), "{}", o.stderr);
     let own = text_of(&std::fs::read(objects.path().join(gfx1030)).unwrap());
-    let g = r(
-        "rdna2",
-        true,
-        &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
-        gfx1030,
-    );
+    let g = r("gfx1030", true, &[], gfx1030);
     assert_eq!(g.stdout, LOADED, "gfx1030: {}", g.stderr);
     assert_eq!((g.count("scanned"), g.count("broken")), (1, 0));
     assert!(
