@@ -161,6 +161,19 @@ struct Broken {
     buffer_instructions: usize,
 }
 
+impl Broken {
+    /// "N descriptor literal(s) feeding N buffer instruction(s) in N kernel(s)".
+    fn counts(&self) -> String {
+        let n = |k: usize, one: &str| format!("{k} {one}{}", if k == 1 { "" } else { "s" });
+        format!(
+            "{} feeding {} in {}",
+            n(self.literals, "descriptor literal"),
+            n(self.buffer_instructions, "buffer instruction"),
+            n(self.kernels, "kernel")
+        )
+    }
+}
+
 fn broken(scan: &ImageScan) -> Option<Broken> {
     let mut b = Broken::default();
     for o in scan.objects.iter().filter(|o| o.runs_on_rdna1()) {
@@ -374,13 +387,11 @@ fn after(call: Call, caller: Caller, p: &Prepared, rc: HipError, fixed: bool, fa
     let what = format!(
         "{} (from {}) loaded a {} code object whose buffer instructions take descriptors in \
          a layout this GPU does not use (Triton's buffer ops: loads read 0, stores write \
-         nothing): {} descriptor literals feeding {} buffer instructions in {} kernels",
+         nothing): {}",
         call.hook.name(),
         describe_caller(caller),
         b.target,
-        b.literals,
-        b.buffer_instructions,
-        b.kernels,
+        b.counts(),
     );
     if fallback {
         stats::record_image(Image::Fallback, 1);
@@ -482,16 +493,13 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             tracing::warn!(
                 "hipModuleLoad (from {}) loaded {}, a {} code object whose buffer instructions \
                  take descriptors in a layout this GPU does not use (loads read 0, stores \
-                 write nothing): {} descriptor literals feeding {} buffer instructions in {} \
-                 kernels. rmcp fixes only code objects loaded from memory \
+                 write nothing): {}. rmcp fixes only code objects loaded from memory \
                  (hipModuleLoadData/Ex); rebuild this one with AMDGCN_USE_BUFFER_OPS=0 \
                  (further images are counted, not logged)",
                 describe_caller(caller),
                 path.display(),
                 b.target,
-                b.literals,
-                b.buffer_instructions,
-                b.kernels,
+                b.counts(),
             );
         }
     });
@@ -522,6 +530,24 @@ fn read_file(path: &std::path::Path) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_counts_read_as_words() {
+        let b = |literals, buffer_instructions, kernels| Broken {
+            target: String::new(),
+            kernels,
+            literals,
+            buffer_instructions,
+        };
+        assert_eq!(
+            b(1, 24, 1).counts(),
+            "1 descriptor literal feeding 24 buffer instructions in 1 kernel"
+        );
+        assert_eq!(
+            b(2, 1, 2).counts(),
+            "2 descriptor literals feeding 1 buffer instruction in 2 kernels"
+        );
+    }
 
     #[test]
     fn reading_own_memory_never_faults() {
