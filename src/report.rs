@@ -374,6 +374,36 @@ fn markdown(report: &Value, doctor_text: &str) -> String {
                 results(runs[1]).replace('|', "\\|"),
             );
         }
+        // The buffer-layout experiment (Triton's RDNA1 descriptor layout; docs/field-check.md).
+        let b = &check["buffer_layout"];
+        if !b.is_null() {
+            let counts = |run: &str, k: &str| match &b[run][k] {
+                Value::Null => "-".to_string(),
+                c => format!(
+                    "written {}/{} read {}/{}",
+                    plain(&c["written"]),
+                    plain(&c["total"]),
+                    plain(&c["read"]),
+                    plain(&c["total"])
+                ),
+            };
+            s += &format!(
+                "\n- buffer layout: **{}**\n- {}\n\n| buffer kernel | without rmcp | with rmcp |\n|---|---|---|\n",
+                plain(&b["verdict"]),
+                plain(&b["sentence"]),
+            );
+            for (name, k) in [
+                ("Triton's RDNA1 layout (0x00027000)", "triton_rdna1_layout"),
+                ("RDNA layout (0x31027000)", "rdna_layout"),
+                ("plain global stores (control)", "global_control"),
+            ] {
+                s += &format!(
+                    "| {name} | {} | {} |\n",
+                    counts("without_rmcp", k),
+                    counts("with_rmcp", k)
+                );
+            }
+        }
         s += "\n<details><summary>rmcp check --json</summary>\n\n```json\n";
         s += &serde_json::to_string_pretty(check).unwrap_or_default();
         s += "\n```\n\n</details>\n";

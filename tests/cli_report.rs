@@ -133,6 +133,12 @@ fn the_report_has_every_section_and_redacts() {
             "{md}"
         );
         assert!(md.contains("gfx1010"), "{md}");
+        // The buffer-layout experiment: its kernels ran nothing either.
+        assert!(md.contains("- buffer layout: **inconclusive**"), "{md}");
+        assert!(
+            md.contains("| Triton's RDNA1 layout (0x00027000) | written 0/4096 read 0/4096 |"),
+            "{md}"
+        );
     }
 
     // --no-redact keeps the path; --json is one object with the same parts.

@@ -42,7 +42,10 @@ fn check_scan(image: &[u8], scan: &ImageScan) {
         }
         for f in &o.findings {
             assert!(f.literal_at + 4 <= image.len());
-            assert_eq!(&image[f.literal_at..f.literal_at + 4], &f.word3.to_le_bytes());
+            assert_eq!(
+                &image[f.literal_at..f.literal_at + 4],
+                &f.word3.to_le_bytes()
+            );
             assert!(!f.buffer_at.is_empty());
             assert!(f.buffer_at.iter().all(|&b| b + 8 <= image.len()));
         }

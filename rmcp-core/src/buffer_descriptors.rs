@@ -40,6 +40,19 @@
 //! instruction's word 3 unchanged. An object with code the decoder cannot size reports no
 //! findings at all ([`CodeObjectScan::undecodable`]), rather than a guess.
 //!
+//! Limits: only objects whose ELF header (and bundle entry, if any) name gfx1010-gfx1013
+//! or gfx10-1-generic are decoded; compressed bundles are not opened. A literal is followed
+//! only through SGPRs s0-s105 and `s_mov_b32`/`s_mov_b64` copies (a descriptor built in
+//! VGPRs and moved with `v_readfirstlane` is missed, as is one whose word 3 is not a
+//! literal). The fix rewrites the literal itself, so another use of the same `s_mov_b32`
+//! result would see the new value too (in Triton's and hipcc's code that register feeds
+//! only the descriptor). The decoder's write tables are from LLVM's GFX10 encodings; an
+//! SGPR write they missed could keep a stale literal, and so could an indirect jump
+//! (`s_setpc_b64`) into the middle of a function (LLVM's AMDGPU backend makes no jump
+//! tables; `s_setpc_b64` returns and tail-calls): a false finding is possible only then,
+//! and only for a broken-layout literal. Checked on Triton 3.5.1's and hipcc's
+//! output and Debian's rocBLAS (tests/buffer_descriptors.rs).
+//!
 //! Pure: no FFI, no logging, no global state; every index is checked (never a panic, never
 //! a read past the slice). The fuzz target `fuzz/fuzz_targets/buffer_descriptors.rs` checks
 //! that, and that [`fix_image`] changes only the literals.
