@@ -77,6 +77,7 @@ fn rows(out: &std::process::Output, what: &str) -> Vec<Row> {
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()
+        .filter(|l| !l.starts_with("body-mapped="))
         .map(|l| {
             let (head, err) = l.split_once(" err=").expect("err=");
             let (key, ptr) = head.split_once(" ptr=").expect("ptr=");
@@ -89,11 +90,21 @@ fn rows(out: &std::process::Output, what: &str) -> Vec<Row> {
         .collect()
 }
 
+/// The program's last line: whether the shim's body was mapped.
+fn body_mapped(out: &std::process::Output) -> bool {
+    let text = String::from_utf8_lossy(&out.stdout);
+    match text.lines().last() {
+        Some("body-mapped=1") => true,
+        Some("body-mapped=0") => false,
+        other => panic!("no body-mapped line: {other:?}"),
+    }
+}
+
 /// Compares a run without the shim and one with it (see the top): the number of lookups
 /// rmcp answered with its own function.
 fn compare(without: &[Row], with: &[Row], program: &str, shim: &str, what: &str) -> usize {
     assert_eq!(without.len(), with.len(), "{what}: the same lookups");
-    assert!(without.len() > 1000, "{what}: {} lookups", without.len());
+    assert!(without.len() > 500, "{what}: {} lookups", without.len());
     let mut substituted = 0;
     let mut wrong = Vec::new();
     for (a, b) in without.iter().zip(with) {
@@ -249,4 +260,50 @@ fn lookups_answer_as_before_dlerror_included_on_7_2_4() {
         assert!(n > 0, "{what}: rmcp handed none of its functions");
         check_substitutions(&with, mode, &what);
     }
+}
+
+/// A process without HIP (no runtime anywhere): the same lookups, from the program and from
+/// a library, answer as without the shim, `dlerror()` included (the front answers them
+/// without its body), and the body is never mapped.
+#[test]
+fn a_process_without_hip_looks_up_as_before_and_maps_nothing() {
+    let names: Vec<String> = HOOKS
+        .iter()
+        .map(|(_, n)| *n)
+        .chain(OBSERVED.iter().map(|(_, n)| *n))
+        .chain(UNHOOKED)
+        .map(String::from)
+        .collect();
+    let program = dlsym_table();
+    let shim = shim();
+    let run = |preload: bool| {
+        let mut cmd = Command::new(&program);
+        cmd.args(["-", "local"])
+            .args(&names)
+            .env_remove("LD_PRELOAD")
+            .env("RMCP_LOG", "trace");
+        if preload {
+            cmd.env("LD_PRELOAD", &shim);
+        }
+        cmd.output().expect("dlsym_table runs")
+    };
+    let (without, with) = (run(false), run(true));
+    assert!(!body_mapped(&without));
+    assert!(
+        !body_mapped(&with),
+        "the body was mapped in a process without HIP"
+    );
+    assert!(
+        !String::from_utf8_lossy(&with.stderr).contains("rmcp"),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let what = "no HIP";
+    compare(
+        &rows(&without, what),
+        &rows(&with, what),
+        program.to_str().unwrap(),
+        shim.to_str().unwrap(),
+        what,
+    );
 }

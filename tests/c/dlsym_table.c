@@ -1,5 +1,6 @@
 /* dlsym_table RUNTIME local|global NAME[=VERSION]...: issue 33's table. Opens RUNTIME with
- * RTLD_LAZY and RTLD_LOCAL or RTLD_GLOBAL, then for each NAME looks it up every way a
+ * RTLD_LAZY and RTLD_LOCAL or RTLD_GLOBAL (RUNTIME "-": none, a process without HIP; the
+ * rows on the runtime's handle are left out), then for each NAME looks it up every way a
  * caller can (dlsym and dlvsym with the runtime's real version node VERSION and with a
  * wrong one; on the runtime's handle, RTLD_DEFAULT, RTLD_NEXT and the main program's
  * handle; from the program and from a library, libdlsym_table_lib.so), once with no
@@ -10,7 +11,8 @@
  * CLASS: null, runtime (a libamdhip64 or libhsa-runtime64 object's: HIP and the ROCr it
  * runs on), rmcp (librmcp_shim*'s), or the basename of the object holding the pointer. MESSAGE: what dlerror() returns right after the lookup,
  * "none" for NULL. The test (rmcp-shim/tests/shim_dlsym_errors.rs) runs it with and without
- * the shim and compares the lines. */
+ * the shim and compares the lines. A last line says whether the shim's body is mapped:
+ * "body-mapped=0|1". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -43,8 +45,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     int mode = strcmp(argv[2], "global") == 0 ? RTLD_GLOBAL : RTLD_LOCAL;
-    void *rt = dlopen(argv[1], RTLD_LAZY | mode);
-    if (!rt) {
+    int no_runtime = strcmp(argv[1], "-") == 0;
+    void *rt = no_runtime ? NULL : dlopen(argv[1], RTLD_LAZY | mode);
+    if (!rt && !no_runtime) {
         fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
         return 1;
     }
@@ -67,14 +70,15 @@ int main(int argc, char **argv) {
             *eq = 0;
             version = eq + 1;
         }
-        for (size_t h = 0; h < sizeof handles / sizeof *handles; h++) {
+        for (size_t h = no_runtime ? 1 : 0; h < sizeof handles / sizeof *handles; h++) {
             for (int caller = 0; caller < 2; caller++) {
                 for (int fn = 0; fn < 3; fn++) {
                     for (int pending = 0; pending < 2; pending++) {
                         drain();
                         if (pending) {
                             /* The message a failed lookup of another name leaves. */
-                            if (dlsym(rt, "rmcp_table_no_such_symbol")) return 1;
+                            if (dlsym(no_runtime ? self : rt, "rmcp_table_no_such_symbol"))
+                                return 1;
                         }
                         void *p;
                         const char *ver = fn == 1 ? version : "rmcp_wrong_1.0";
@@ -95,5 +99,13 @@ int main(int argc, char **argv) {
             }
         }
     }
+    /* Whether the shim's body was mapped: /proc/self/maps names it. */
+    int body = 0;
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[4096];
+    while (maps && fgets(line, sizeof line, maps))
+        if (strstr(line, "librmcp_shim_body")) body = 1;
+    if (maps) fclose(maps);
+    printf("body-mapped=%d\n", body);
     return 0;
 }
