@@ -10,7 +10,8 @@
 //!   name with hipModuleLoadData and hipModuleLoadDataEx: the GPU gets the original without
 //!   rmcp and the fixed code with it; `warn`, `off` and an exempt caller load the original;
 //!   on an emulated RX 6800 XT (gfx1030, made to run gfx1010 code with
-//!   HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing changes; a kernel with the RDNA layout
+//!   HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing changes; on a machine with both, the calling
+//!   thread's current device decides; a kernel with the RDNA layout
 //!   (`0x31014000`) is left alone, and so are bytes that are no code object and a truncated
 //!   image (the runtime's answer either way);
 //!   hipModuleLoad is never changed, and its broken file named. The caller's buffer is
@@ -134,6 +135,62 @@ fn gfx1030_fixture(dir: &Path) -> PathBuf {
         .collect();
     assert!(text.contains("gfx_target_version 100300\n"), "{text}");
     std::fs::write(&props, text).unwrap();
+    to
+}
+
+/// A machine with an RX 5700 XT (gfx1010, node 1, 0000:03:00.0, render node 128) and an RX
+/// 6800 XT (gfx1030, node 2, 0000:0a:00.0, render node 129), made in `dir` from the rdna1
+/// fixture and `gfx1030_fixture` (tests/fixtures' `mixed` is a topology only, which the
+/// emulator cannot run). Returns its directory.
+fn mixed_fixture(dir: &Path) -> PathBuf {
+    let gfx1030 = gfx1030_fixture(dir);
+    let to = dir.join("mixed");
+    let cp = |from: &Path, to: &Path| {
+        let st = Command::new("cp")
+            .arg("-r")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp {}", from.display());
+    };
+    cp(&repo().join("tests/fixtures/rdna1"), &to);
+    cp(&gfx1030.join("nodes/1"), &to.join("nodes/2"));
+    let edit = |file: &Path, f: &dyn Fn(&str) -> String| {
+        let text = std::fs::read_to_string(file).unwrap();
+        std::fs::write(file, text.lines().map(|l| f(l) + "\n").collect::<String>()).unwrap();
+    };
+    std::fs::write(to.join("nodes/2/gpu_id"), "6222\n").unwrap();
+    edit(
+        &to.join("nodes/2/properties"),
+        &|l| match l.split_once(' ') {
+            Some(("location_id", _)) => "location_id 2560".into(),
+            Some(("drm_render_minor", _)) => "drm_render_minor 129".into(),
+            _ => l.into(),
+        },
+    );
+    edit(
+        &to.join("nodes/2/io_links/0/properties"),
+        &|l| match l.split_once(' ') {
+            Some(("node_from", _)) => "node_from 2".into(),
+            _ => l.into(),
+        },
+    );
+    let (d128, d129) = (to.join("drm/renderD128"), to.join("drm/renderD129"));
+    cp(&d128, &d129);
+    std::fs::rename(
+        d129.join("device/drm/renderD128"),
+        d129.join("device/drm/renderD129"),
+    )
+    .unwrap();
+    for dev in [d129.join("dev"), d129.join("device/drm/renderD129/dev")] {
+        std::fs::write(dev, "226:129\n").unwrap();
+    }
+    std::fs::write(d129.join("device/device"), "0x73bf\n").unwrap();
+    edit(&d129.join("device/uevent"), &|l| {
+        l.replace("0000:03:00.0", "0000:0a:00.0")
+            .replace("731F", "73BF")
+    });
     to
 }
 
@@ -333,6 +390,20 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
     );
     assert_eq!((c.count("scanned"), c.count("broken")), (1, 0));
     assert!(c.said().is_empty(), "{}", c.stderr);
+
+    // A machine with both: the device the module loads on decides (the calling thread's
+    // current device, asked of the runtime before the call). Both run gfx1010 code here.
+    let mixed = mixed_fixture(d);
+    let mixed = mixed.to_str().unwrap();
+    let override_1010 = ("HSA_OVERRIDE_GFX_VERSION", "10.1.0");
+    for (device, want, fixed) in [("0", Seen::Fixed, 1), ("1", Seen::Original, 0)] {
+        let env = [("RMCP_TEST_DEVICE", device), override_1010];
+        let m = run5(&lib, d, mixed, true, &env, &["data", file, "copy"]);
+        assert_eq!(m.stdout, LOADED, "device {device}: {}", m.stderr);
+        assert_eq!(seen(&m.dump, &broken_code), want, "device {device}");
+        assert_eq!(m.count("fixed"), fixed, "device {device}");
+        assert_eq!(m.stats["devices"].as_array().map(Vec::len), Some(2));
+    }
 
     // Not a code object, and the broken one cut in half: read as far as their own headers
     // allow, not scanned, forwarded untouched; the runtime's answer either way.
