@@ -22,7 +22,7 @@
 //!   the compiler cannot build it; `RMCP_ASAN_APP_WHY` then says why (see `asan_app`).
 //! * `RMCP_EMUGPU_LIB` (tests/emulated-gpu/emugpu.c, the emulated GPU; empty when the
 //!   headers it needs are missing, `RMCP_EMUGPU_LIB_WHY` then says why) and
-//!   `RMCP_EMU_PROBE_5/6/7` (tests/emulated-gpu/emu_probe.c), `RMCP_MODULE_LOAD_5/7`
+//!   `RMCP_EMU_PROBE_5/6/7` (tests/emulated-gpu/emu_probe.c), `RMCP_MODULE_LOAD_5/7/DL`
 //!   (tests/emulated-gpu/module_load.c): see `emulated_gpu`.
 //!
 //! The compiler is `$CC` (which may carry arguments, e.g. "ccache cc") or `cc`.
@@ -261,6 +261,19 @@ fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
         );
         println!("cargo:rustc-env=RMCP_MODULE_LOAD_{major}={}", exe.display());
     }
+    // And linked to no runtime: its `proc` mode's dlopen(RTLD_LOCAL) is then the only copy,
+    // whose lookups hand out per-copy entries (Python's ctypes and Triton's shape).
+    let exe = out.join("module_load_dl");
+    cc.run(
+        "module_load_dl",
+        &[
+            "-o".into(),
+            exe.display().to_string(),
+            root_dir.join(LOAD_SRC).display().to_string(),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_MODULE_LOAD_DL={}", exe.display());
 }
 
 /// The loading shapes of issue 22 (rmcp-shim/tests/never_worse.rs):

@@ -8,17 +8,25 @@
 //! - ROCm 5.2.3 (the host's): a hipcc-built gfx1010 kernel with Triton's descriptor word 3
 //!   (`0x00027000`; 5.2.3 cannot read Triton's code object v5, see the last test) loaded by
 //!   name with hipModuleLoadData and hipModuleLoadDataEx: the GPU gets the original without
-//!   rmcp and the fixed code with it; `warn` and `off` load the original; on an RDNA2
-//!   (gfx1031, made to run gfx1010 code with HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing
-//!   changes; a kernel with the RDNA layout (`0x31014000`) is left alone; hipModuleLoad is
-//!   never changed, and its broken file named. The caller's buffer is byte-identical after
-//!   every call.
+//!   rmcp and the fixed code with it; `warn`, `off` and an exempt caller load the original;
+//!   on an emulated RX 6800 XT (gfx1030, made to run gfx1010 code with
+//!   HSA_OVERRIDE_GFX_VERSION=10.1.0) nothing changes; on a machine with both, the calling
+//!   thread's current device decides; a kernel with the RDNA layout
+//!   (`0x31014000`) is left alone, and so are bytes that are no code object and a truncated
+//!   image (the runtime's answer either way);
+//!   hipModuleLoad is never changed, and its broken file named. The caller's buffer is
+//!   byte-identical after every call.
 //! - ROCm 7.2.4 (the compat cache's experimental root, RMCP_COMPAT_CACHE): Triton 3.5.1's own
 //!   gfx1010 vector-add object, loaded as Triton's driver loads it (dlopen RTLD_LOCAL,
-//!   hipGetProcAddress, hipModuleLoadDataEx): the same, and Triton's gfx1030 object on the
-//!   RDNA2 is left alone.
+//!   hipGetProcAddress, hipModuleLoadDataEx), by a program linked to the runtime and by one
+//!   that only dlopens it: the same, and Triton's gfx1030 object on the gfx1030 is left
+//!   alone.
+//! - Real Triton 3.5.1 in that root (scripts/triton-root), buffer ops on: its kernel reaches
+//!   the GPU fixed under rmcp, as compiled without it.
 //! - 5.2.3 with Triton's object: the runtime refuses it with and without rmcp, and rmcp's
 //!   answer is the runtime's (the fixed copy refused, the original tried again).
+//! - Patched on Triton's vector add: 1 literal (an `s_mov_b32` of `0x27000`), feeding 24
+//!   buffer instructions.
 //!
 //! Skipped without the real runtime, the emulator, hipcc, Triton (scripts/triton-venv) or
 //! the 7.2.4 root (which also needs root, for chroot); a failure under
@@ -98,6 +106,92 @@ fn seen(dump: &[u8], code: &Code) -> Seen {
         (true, true) => Seen::Both,
         (false, false) => Seen::Neither,
     }
+}
+
+/// An emulated RX 6800 XT (gfx1030), made in `dir` from the rdna2 fixture (gfx1031, which
+/// the emulator runs) with node 1's ISA and device id changed; tests/fixtures' own
+/// `rdna2-gfx1030` is a topology only (no caches, memory banks or render node), which the
+/// emulator cannot run. Returns its directory.
+fn gfx1030_fixture(dir: &Path) -> PathBuf {
+    let to = dir.join("gfx1030");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(repo().join("tests/fixtures/rdna2"))
+        .arg(&to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let props = to.join("nodes/1/properties");
+    let text: String = std::fs::read_to_string(&props)
+        .unwrap()
+        .lines()
+        .map(|l| match l.split_once(' ') {
+            Some(("gfx_target_version", _)) => "gfx_target_version 100300".to_string(),
+            // 0x73bf, Navi 21 (RX 6800 XT).
+            Some(("device_id", _)) => "device_id 29631".to_string(),
+            _ => l.to_string(),
+        })
+        .map(|l| l + "\n")
+        .collect();
+    assert!(text.contains("gfx_target_version 100300\n"), "{text}");
+    std::fs::write(&props, text).unwrap();
+    to
+}
+
+/// A machine with an RX 5700 XT (gfx1010, node 1, 0000:03:00.0, render node 128) and an RX
+/// 6800 XT (gfx1030, node 2, 0000:0a:00.0, render node 129), made in `dir` from the rdna1
+/// fixture and `gfx1030_fixture` (tests/fixtures' `mixed` is a topology only, which the
+/// emulator cannot run). Returns its directory.
+fn mixed_fixture(dir: &Path) -> PathBuf {
+    let gfx1030 = gfx1030_fixture(dir);
+    let to = dir.join("mixed");
+    let cp = |from: &Path, to: &Path| {
+        let st = Command::new("cp")
+            .arg("-r")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(st.success(), "cp {}", from.display());
+    };
+    cp(&repo().join("tests/fixtures/rdna1"), &to);
+    cp(&gfx1030.join("nodes/1"), &to.join("nodes/2"));
+    let edit = |file: &Path, f: &dyn Fn(&str) -> String| {
+        let text = std::fs::read_to_string(file).unwrap();
+        std::fs::write(file, text.lines().map(|l| f(l) + "\n").collect::<String>()).unwrap();
+    };
+    std::fs::write(to.join("nodes/2/gpu_id"), "6222\n").unwrap();
+    edit(
+        &to.join("nodes/2/properties"),
+        &|l| match l.split_once(' ') {
+            Some(("location_id", _)) => "location_id 2560".into(),
+            Some(("drm_render_minor", _)) => "drm_render_minor 129".into(),
+            _ => l.into(),
+        },
+    );
+    edit(
+        &to.join("nodes/2/io_links/0/properties"),
+        &|l| match l.split_once(' ') {
+            Some(("node_from", _)) => "node_from 2".into(),
+            _ => l.into(),
+        },
+    );
+    let (d128, d129) = (to.join("drm/renderD128"), to.join("drm/renderD129"));
+    cp(&d128, &d129);
+    std::fs::rename(
+        d129.join("device/drm/renderD128"),
+        d129.join("device/drm/renderD129"),
+    )
+    .unwrap();
+    for dev in [d129.join("dev"), d129.join("device/drm/renderD129/dev")] {
+        std::fs::write(dev, "226:129\n").unwrap();
+    }
+    std::fs::write(d129.join("device/device"), "0x73bf\n").unwrap();
+    edit(&d129.join("device/uevent"), &|l| {
+        l.replace("0000:03:00.0", "0000:0a:00.0")
+            .replace("731F", "73BF")
+    });
+    to
 }
 
 /// One run's results.
@@ -192,6 +286,7 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
         return;
     };
     let broken_code = code(&std::fs::read(&broken).unwrap());
+    let gfx1030 = gfx1030_fixture(d);
     assert_ne!(broken_code.original, broken_code.fixed);
     let file = broken.to_str().unwrap();
 
@@ -247,9 +342,26 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
         assert_eq!(off.count("scanned"), 0, "off reads nothing");
         assert!(off.said().is_empty(), "{}", off.stderr);
 
-        // An RDNA2 card running gfx1010 code: never changed, nothing said.
+        // An exempt caller (RMCP_EXEMPT): left alone, its images too.
+        let exempt = run5(
+            &lib,
+            d,
+            "rdna1",
+            true,
+            &[("RMCP_EXEMPT", "module_load")],
+            &args,
+        );
+        assert_eq!(exempt.stdout, LOADED, "{mode} exempt: {}", exempt.stderr);
+        assert_eq!(
+            seen(&exempt.dump, &broken_code),
+            Seen::Original,
+            "{mode} exempt"
+        );
+        assert_eq!(exempt.count("scanned"), 0);
+
+        // An RDNA2 card (gfx1030) running gfx1010 code: never changed, nothing said.
         let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
-        let other = run5(&lib, d, "rdna2", true, &rdna2, &args);
+        let other = run5(&lib, d, gfx1030.to_str().unwrap(), true, &rdna2, &args);
         assert_eq!(other.stdout, LOADED, "{mode} rdna2: {}", other.stderr);
         assert_eq!(
             seen(&other.dump, &broken_code),
@@ -278,6 +390,49 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
     );
     assert_eq!((c.count("scanned"), c.count("broken")), (1, 0));
     assert!(c.said().is_empty(), "{}", c.stderr);
+
+    // A machine with both: the device the module loads on decides (the calling thread's
+    // current device, asked of the runtime before the call). Both run gfx1010 code here.
+    let mixed = mixed_fixture(d);
+    let mixed = mixed.to_str().unwrap();
+    let override_1010 = ("HSA_OVERRIDE_GFX_VERSION", "10.1.0");
+    for (device, want, fixed) in [("0", Seen::Fixed, 1), ("1", Seen::Original, 0)] {
+        let env = [("RMCP_TEST_DEVICE", device), override_1010];
+        let m = run5(&lib, d, mixed, true, &env, &["data", file, "copy"]);
+        assert_eq!(m.stdout, LOADED, "device {device}: {}", m.stderr);
+        assert_eq!(seen(&m.dump, &broken_code), want, "device {device}");
+        assert_eq!(m.count("fixed"), fixed, "device {device}");
+        assert_eq!(m.stats["devices"].as_array().map(Vec::len), Some(2));
+    }
+
+    // Not a code object, and the broken one cut in half: read as far as their own headers
+    // allow, not scanned, forwarded untouched; the runtime's answer either way.
+    let bytes = std::fs::read(&broken).unwrap();
+    let junk: Vec<u8> = (0..3000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for (name, content) in [
+        ("junk.bin", junk),
+        ("half.co", bytes[..bytes.len() / 2].to_vec()),
+    ] {
+        let path = d.join(name);
+        std::fs::write(&path, content).unwrap();
+        let args = ["data", path.to_str().unwrap()];
+        let none = run5(&lib, d, "rdna1", false, &[], &args);
+        let with = run5(&lib, d, "rdna1", true, &[], &args);
+        assert!(
+            none.stdout.starts_with("load rc="),
+            "{name}: {}",
+            none.stderr
+        );
+        assert_eq!(with.stdout, none.stdout, "{name}: {}", with.stderr);
+        assert_eq!(
+            (with.count("unreadable"), with.count("fixed")),
+            (1, 0),
+            "{name}"
+        );
+        assert!(with.said().is_empty(), "{name}: {}", with.stderr);
+    }
 
     // hipModuleLoad: the call is never changed; the broken file is named.
     let f = run5(&lib, d, "rdna1", true, &[], &["file", file, "copy"]);
@@ -349,8 +504,8 @@ fn root_ran(dir: &RootDir, tag: &str, cmd: &mut Command) -> Ran {
     }
 }
 
-/// A scratch directory in a compat root with the emulator, the shim (its two files) and the
-/// rdna1 and rdna2 fixtures.
+/// A scratch directory in a compat root with the emulator, the shim (its two files), the
+/// rdna1 fixture and an emulated gfx1030 (`gfx1030_fixture`).
 fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
     let dir = RootDir::new(root, tag);
     let shim = shim_path();
@@ -360,9 +515,9 @@ fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
         "librmcp_shim_body.so",
     );
     dir.copy(&shim, "librmcp_shim.so");
-    for fixture in ["rdna1", "rdna2"] {
-        dir.copy(&repo().join("tests/fixtures").join(fixture), fixture);
-    }
+    dir.copy(&repo().join("tests/fixtures/rdna1"), "rdna1");
+    let made = tempfile::tempdir().unwrap();
+    dir.copy(&gfx1030_fixture(made.path()), "gfx1030");
     dir
 }
 
@@ -371,6 +526,18 @@ fn root_dir(root: &Path, lib: &Path, tag: &str) -> RootDir {
 /// own library up by that name, and Triton's driver dlopens it; the root has no
 /// libamdhip64-dev, which ships the link).
 fn run7(dir: &RootDir, fixture: &str, shim: bool, env: &[(&str, &str)], object: &str) -> Ran {
+    run_in_root(dir, "module_load7", fixture, shim, env, object)
+}
+
+/// `PROGRAM proc OBJECT add_kernel` in the root (`run7`).
+fn run_in_root(
+    dir: &RootDir,
+    program: &str,
+    fixture: &str,
+    shim: bool,
+    env: &[(&str, &str)],
+    object: &str,
+) -> Ran {
     let inside = |name: &str| dir.inside.join(name).display().to_string();
     let mut vars = root_env(dir, fixture, shim, "proc");
     vars.push(("LD_LIBRARY_PATH", inside("lib")));
@@ -379,7 +546,7 @@ fn run7(dir: &RootDir, fixture: &str, shim: bool, env: &[(&str, &str)], object: 
     root_ran(
         dir,
         "proc",
-        &mut dir.command(&vars, &inside("module_load7"), &args),
+        &mut dir.command(&vars, &inside(program), &args),
     )
 }
 
@@ -397,6 +564,7 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
     let triton = code(&std::fs::read(objects.path().join(object)).unwrap());
     let dir = root_dir(&root, &lib, "module-load");
     dir.copy(&module_load_program(7), "module_load7");
+    dir.copy(&module_load_program(0), "module_load_dl");
     for o in [object, gfx1030] {
         dir.copy(&objects.path().join(o), o);
     }
@@ -428,6 +596,13 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
         "{said:?}"
     );
 
+    // The runtime opened RTLD_LOCAL only (no other copy in the process, as from Python's
+    // ctypes): the lookups hand out the copy's own entries, which fix the load too.
+    let local = run_in_root(&dir, "module_load_dl", "rdna1", true, &[], object);
+    assert_eq!(local.stdout, LOADED, "RTLD_LOCAL: {}", local.stderr);
+    assert_eq!(seen(&local.dump, &triton), Seen::Fixed);
+    assert_eq!(local.count("fixed"), 1);
+
     for (setting, n) in [("warn", 1), ("off", 0)] {
         let w = r(
             "rdna1",
@@ -441,10 +616,10 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
         assert_eq!(w.said().len(), n as usize, "{setting}: {}", w.stderr);
     }
 
-    // On an RDNA2 card: the gfx1010 object run there through the override is left as it
-    // is, and Triton's gfx1030 object (already in the RDNA layout) too.
+    // On an RDNA2 card (gfx1030): the gfx1010 object run there through the override is left
+    // as it is, and Triton's gfx1030 object (already in the RDNA layout) too.
     let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
-    let o = r("rdna2", true, &rdna2, object);
+    let o = r("gfx1030", true, &rdna2, object);
     assert_eq!(o.stdout, LOADED, "rdna2: {}", o.stderr);
     assert_eq!(seen(&o.dump, &triton), Seen::Original);
     assert_eq!(
@@ -453,12 +628,7 @@ fn on_7_2_4_tritons_object_loaded_as_tritons_driver_does_is_fixed_only_on_rdna1(
     );
     assert!(o.said().is_empty(), "{}", o.stderr);
     let own = text_of(&std::fs::read(objects.path().join(gfx1030)).unwrap());
-    let g = r(
-        "rdna2",
-        true,
-        &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")],
-        gfx1030,
-    );
+    let g = r("gfx1030", true, &[], gfx1030);
     assert_eq!(g.stdout, LOADED, "gfx1030: {}", g.stderr);
     assert_eq!((g.count("scanned"), g.count("broken")), (1, 0));
     assert!(
@@ -484,7 +654,10 @@ fn real_triton_on_7_2_4_gets_its_kernel_fixed_under_rmcp() {
     let run = |shim: bool, tag: &str| -> (Ran, Vec<u8>) {
         let mut env = root_env(&dir, "rdna1", shim, tag);
         env.extend([
-            ("PATH", "/opt/rmcp-triton/venv/bin:/usr/bin:/bin".to_string()),
+            (
+                "PATH",
+                "/opt/rmcp-triton/venv/bin:/usr/bin:/bin".to_string(),
+            ),
             ("PYTHONPATH", triton.display().to_string()),
             ("LD_LIBRARY_PATH", "/opt/rmcp-triton/lib".to_string()),
             (
@@ -524,7 +697,10 @@ fn real_triton_on_7_2_4_gets_its_kernel_fixed_under_rmcp() {
     assert_eq!(scan.literals(), 1, "Triton's buffer-ops kernel: {scan:?}");
     assert_eq!(seen(&none.dump, &kernel), Seen::Original);
     assert_eq!(seen(&with.dump, &kernel), Seen::Fixed);
-    assert_eq!((with.count("fixed"), with.count("instructions_fixed")), (1, 1));
+    assert_eq!(
+        (with.count("fixed"), with.count("instructions_fixed")),
+        (1, 1)
+    );
     assert_eq!(with.stats["calls"]["hipModuleLoadDataEx"]["rewritten"], 1);
     let said = with.said();
     assert_eq!(said.len(), 1, "{}", with.stderr);

@@ -156,7 +156,8 @@ def stats():
     The same report RMCP_STATS_FILE writes at exit: ``pid``, ``mode``, the
     ``runtime`` copies reached, the ``devices``, and per hooked function the
     ``calls``, ``rewritten``, ``fallbacks``, ``errors``, ``bytes``, ``coherent``
-    and ``host_location`` counts::
+    and ``host_location`` counts, and ``buffer_descriptors``, what the load-time
+    fix of Triton's kernels on an RX 5000 saw and did (docs/cli.md)::
 
         rmcp_rdna.stats()["calls"]["hipHostMalloc"]["rewritten"]
 

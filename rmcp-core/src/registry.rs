@@ -142,7 +142,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Hook::COUNT);
-        assert_eq!(Hook::COUNT, 15);
+        assert_eq!(Hook::COUNT, 18);
     }
 
     #[test]

@@ -49,9 +49,12 @@ const MAX_KEPT: u64 = 1 << 30;
 static KEPT: AtomicU64 = AtomicU64::new(0);
 static SAID: AtomicBool = AtomicBool::new(false);
 static SAID_FULL: AtomicBool = AtomicBool::new(false);
+static SAID_FALLBACK: AtomicBool = AtomicBool::new(false);
 
 /// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
-/// any of them is not mapped readable.
+/// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
+/// refuses it (Docker's default profile allows it only with CAP_SYS_PTRACE), through a pipe
+/// of the shim's own (`read_through_pipe`).
 fn read_own(addr: usize, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
@@ -68,7 +71,64 @@ fn read_own(addr: usize, buf: &mut [u8]) -> bool {
     // from this process's address space and fails (EFAULT) where it is not mapped, instead
     // of faulting.
     let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    usize::try_from(got).is_ok_and(|n| n == buf.len())
+    if got >= 0 {
+        return usize::try_from(got).is_ok_and(|n| n == buf.len());
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => read_through_pipe(addr, buf),
+        _ => false,
+    }
+}
+
+/// [`read_own`] through a pipe: `write(2)` from the address fails with EFAULT where it is
+/// not mapped, where a plain read would fault. One page at a time, so that a write into the
+/// empty pipe never blocks. The pipe is the shim's own, closed on return (and on exec).
+fn read_through_pipe(addr: usize, buf: &mut [u8]) -> bool {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return false;
+    }
+    let mut ok = true;
+    for (i, chunk) in buf.chunks_mut(4096).enumerate() {
+        let Some(at) = addr.checked_add(i * 4096) else {
+            ok = false;
+            break;
+        };
+        // SAFETY: the kernel reads `chunk.len()` bytes at `at` from this process and fails
+        // with EFAULT where they are not mapped; `fds[1]` is the pipe created above.
+        let wrote = unsafe { libc::write(fds[1], at as *const c_void, chunk.len()) };
+        if usize::try_from(wrote).ok() != Some(chunk.len()) {
+            ok = false;
+            break;
+        }
+        let mut done = 0;
+        while done < chunk.len() {
+            // SAFETY: reads into the unfilled rest of `chunk`, from the pipe created above,
+            // which holds exactly the bytes written.
+            let n = unsafe {
+                libc::read(
+                    fds[0],
+                    chunk[done..].as_mut_ptr().cast(),
+                    chunk.len() - done,
+                )
+            };
+            match usize::try_from(n) {
+                Ok(n) if n > 0 => done += n,
+                _ => break,
+            }
+        }
+        if done != chunk.len() {
+            ok = false;
+            break;
+        }
+    }
+    // SAFETY: the two descriptors pipe2 created above, closed once.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    ok
 }
 
 /// The image at `image` as the caller handed it: its length from its own headers, its
@@ -99,6 +159,19 @@ struct Broken {
     literals: usize,
     /// The buffer instructions they feed.
     buffer_instructions: usize,
+}
+
+impl Broken {
+    /// "N descriptor literal(s) feeding N buffer instruction(s) in N kernel(s)".
+    fn counts(&self) -> String {
+        let n = |k: usize, one: &str| format!("{k} {one}{}", if k == 1 { "" } else { "s" });
+        format!(
+            "{} feeding {} in {}",
+            n(self.literals, "descriptor literal"),
+            n(self.buffer_instructions, "buffer instruction"),
+            n(self.kernels, "kernel")
+        )
+    }
 }
 
 fn broken(scan: &ImageScan) -> Option<Broken> {
@@ -169,7 +242,8 @@ const UNTOUCHED: Prepared = Prepared {
 
 fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared {
     let cfg = global.config;
-    if !decision::scans(cfg.buffer_descriptors, cfg.mode) {
+    // An exempt caller (RMCP_EXEMPT) is left alone, its images too.
+    if !decision::scans(cfg.buffer_descriptors, cfg.mode) || binding.exempt {
         return UNTOUCHED;
     }
     stats::record_image(Image::Scanned, 1);
@@ -251,11 +325,17 @@ fn load_on(
     let Ok(Some(binding)) = catch_unwind(|| binding_of(caller, global.config)) else {
         return forward_bare(caller, &bare);
     };
-    let prepared = catch_unwind(AssertUnwindSafe(|| {
-        let _no_cancel = crate::cancel::NoCancel::new();
-        prepare(global, binding, image)
-    }))
-    .unwrap_or(UNTOUCHED);
+    // A call without a module out-pointer fails in the runtime whatever the image: nothing
+    // to read or fix.
+    let prepared = if call.out.is_null() {
+        UNTOUCHED
+    } else {
+        catch_unwind(AssertUnwindSafe(|| {
+            let _no_cancel = crate::cancel::NoCancel::new();
+            prepare(global, binding, image)
+        }))
+        .unwrap_or(UNTOUCHED)
+    };
     let api = &binding.api;
     let lacks = std::cell::Cell::new(false);
     let make = |img: *const c_void| {
@@ -307,16 +387,17 @@ fn after(call: Call, caller: Caller, p: &Prepared, rc: HipError, fixed: bool, fa
     let what = format!(
         "{} (from {}) loaded a {} code object whose buffer instructions take descriptors in \
          a layout this GPU does not use (Triton's buffer ops: loads read 0, stores write \
-         nothing): {} descriptor literals feeding {} buffer instructions in {} kernels",
+         nothing): {}",
         call.hook.name(),
         describe_caller(caller),
         b.target,
-        b.literals,
-        b.buffer_instructions,
-        b.kernels,
+        b.counts(),
     );
     if fallback {
         stats::record_image(Image::Fallback, 1);
+        if SAID_FALLBACK.swap(true, Relaxed) {
+            return;
+        }
         tracing::warn!(
             "{what}; the runtime refused the fixed copy (rc={rc}) and loaded the original \
              (further fallbacks are counted, not logged)"
@@ -387,7 +468,7 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             return;
         }
         let caller = Caller::of::<COPY>(ret);
-        let Some(binding) = binding_of(caller, cfg) else {
+        let Some(binding) = binding_of(caller, cfg).filter(|b| !b.exempt) else {
             return;
         };
         // SAFETY: per this function's contract.
@@ -412,16 +493,13 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             tracing::warn!(
                 "hipModuleLoad (from {}) loaded {}, a {} code object whose buffer instructions \
                  take descriptors in a layout this GPU does not use (loads read 0, stores \
-                 write nothing): {} descriptor literals feeding {} buffer instructions in {} \
-                 kernels. rmcp fixes only code objects loaded from memory \
+                 write nothing): {}. rmcp fixes only code objects loaded from memory \
                  (hipModuleLoadData/Ex); rebuild this one with AMDGCN_USE_BUFFER_OPS=0 \
                  (further images are counted, not logged)",
                 describe_caller(caller),
                 path.display(),
                 b.target,
-                b.literals,
-                b.buffer_instructions,
-                b.kernels,
+                b.counts(),
             );
         }
     });
@@ -454,6 +532,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_counts_read_as_words() {
+        let b = |literals, buffer_instructions, kernels| Broken {
+            target: String::new(),
+            kernels,
+            literals,
+            buffer_instructions,
+        };
+        assert_eq!(
+            b(1, 24, 1).counts(),
+            "1 descriptor literal feeding 24 buffer instructions in 1 kernel"
+        );
+        assert_eq!(
+            b(2, 1, 2).counts(),
+            "2 descriptor literals feeding 1 buffer instruction in 2 kernels"
+        );
+    }
+
+    #[test]
     fn reading_own_memory_never_faults() {
         let data = [1u8, 2, 3, 4];
         let mut buf = [0u8; 4];
@@ -464,6 +560,12 @@ mod tests {
         assert!(!read_own(usize::MAX - 2, &mut buf));
         assert!(read_image(std::ptr::null()).is_none());
         assert!(read_image(16 as *const c_void).is_none());
+        // The pipe's way, as where process_vm_readv is refused: across pages too.
+        let big: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut got = vec![0u8; big.len()];
+        assert!(read_through_pipe(big.as_ptr() as usize, &mut got));
+        assert_eq!(got, big);
+        assert!(!read_through_pipe(8, &mut buf));
     }
 
     #[test]
@@ -497,6 +599,13 @@ mod tests {
             h[0x3c..0x3e].copy_from_slice(&4u16.to_le_bytes());
             std::ptr::copy_nonoverlapping(h.as_ptr(), at, 64);
             assert!(read_image(at.cast()).is_none());
+            // Both ways of reading stop at the unmapped page, and read up to it.
+            let mut across = [0u8; 128];
+            assert!(!read_own(at as usize, &mut across));
+            assert!(!read_through_pipe(at as usize, &mut across));
+            let mut head = [0u8; 64];
+            assert!(read_through_pipe(at as usize, &mut head));
+            assert_eq!(head, h);
             libc::munmap(p, page);
         }
     }

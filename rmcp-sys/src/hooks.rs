@@ -78,7 +78,7 @@ macro_rules! hooked_functions {
             /// module's life.
             hipModuleLoadData = HipModuleLoadData
                 (module: *mut *mut ::core::ffi::c_void, image: *const ::core::ffi::c_void)
-                => out: ::core::ptr::null_mut(), size: 0, flags: 0, loads image from image;
+                => out: module, size: 0, flags: 0, loads image from image;
             /// `hipModuleLoadDataEx(hipModule_t *module, const void *image, unsigned int
             /// numOptions, hipJitOption *options, void **optionValues)`: what Triton's HIP
             /// driver calls (through hipGetProcAddress); the options are not used by the runtime.
@@ -86,7 +86,7 @@ macro_rules! hooked_functions {
                 (module: *mut *mut ::core::ffi::c_void, image: *const ::core::ffi::c_void,
                  num_options: ::core::ffi::c_uint, options: *mut ::core::ffi::c_int,
                  option_values: *mut *mut ::core::ffi::c_void)
-                => out: ::core::ptr::null_mut(), size: 0, flags: 0, loads image from image;
+                => out: module, size: 0, flags: 0, loads image from image;
             /// `hipModuleLoad(hipModule_t *module, const char *fname)`: a code object file,
             /// forwarded unchanged (the file is named in the log when it is a broken one).
             hipModuleLoad = HipModuleLoad

@@ -190,10 +190,12 @@ pub fn emu_probe(major: u8) -> PathBuf {
     })
 }
 
-/// tests/emulated-gpu/module_load.c linked to `libamdhip64.so.<major>` (5 or 7): loads a
-/// code object from memory by name or through hipGetProcAddress (tests/module_load.rs).
+/// tests/emulated-gpu/module_load.c linked to `libamdhip64.so.<major>` (5 or 7), or to no
+/// runtime (0: its `proc` mode then opens the only copy, `RTLD_LOCAL`): loads a code object
+/// from memory by name or through hipGetProcAddress (tests/module_load.rs).
 pub fn module_load_program(major: u8) -> PathBuf {
     PathBuf::from(match major {
+        0 => env!("RMCP_MODULE_LOAD_DL"),
         5 => env!("RMCP_MODULE_LOAD_5"),
         7 => env!("RMCP_MODULE_LOAD_7"),
         _ => panic!("no module_load for .so.{major}"),

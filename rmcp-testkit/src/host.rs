@@ -174,9 +174,9 @@ pub fn triton_python() -> Option<PathBuf> {
     }
 }
 
-/// Triton's vector-add kernel compiled by tests/triton/compile.py into `dir`
-/// (`add-<gfx1010|gfx1030>-bufops<0|1>.hsaco`). None: no Triton venv (a skip). Panics
-/// when the compile fails.
+/// Triton's kernels (a vector add, and others) compiled by tests/triton/compile.py into `dir`
+/// (`add-<gfx1010|gfx1030>-bufops<0|1>.hsaco` and the others it lists). None: no Triton
+/// venv (a skip). Panics when the compile fails.
 pub fn triton_objects(dir: &Path) -> Option<()> {
     let python = triton_python()?;
     let out = std::process::Command::new(python)

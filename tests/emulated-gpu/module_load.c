@@ -14,6 +14,7 @@
  *           "libamdhip64.so"), dlsym "hipDriverGetVersion" and "hipGetProcAddress" (with
  *           dlerror() checked), then hipGetProcAddress("hipModuleLoadDataEx", ...,
  *           version, 0, &status) and that pointer called
+ * In the modes by name, RMCP_TEST_DEVICE=N makes device N current first (hipSetDevice).
  * The image is FILE read into a heap buffer; after the call the buffer is compared with a
  * second copy. With KERNEL, hipModuleGetFunction(&f, module, KERNEL) follows (looked up the
  * same way as the load). Prints
@@ -121,6 +122,12 @@ int main(int argc, char **argv)
 		}
 		rc = load_ex(&module, image, 0, NULL, NULL);
 	} else {
+		const char *device = getenv("RMCP_TEST_DEVICE");
+		hipError_t (*set_device)(int) = (hipError_t(*)(int))dlsym(RTLD_DEFAULT, "hipSetDevice");
+		if (device && *device && (!set_device || set_device(atoi(device)))) {
+			fprintf(stderr, "module_load: hipSetDevice(%s) failed\n", device);
+			return 2;
+		}
 		if (kernel)
 			get_function = (get_function_fn)dlsym(RTLD_DEFAULT, "hipModuleGetFunction");
 		if (!strcmp(mode, "data") && hipModuleLoadData) {
