@@ -16,31 +16,16 @@
 //!
 //! A figure, not a test: nothing here asserts on time. docs/performance.md holds a run.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rmcp_core::buffer_descriptors::{fix_image, image_len, scan_image};
 
 const KERNELS: usize = 100;
 
-fn source(word3: &str) -> String {
+/// The kernels after rmcp_testkit's buffer-descriptor helpers.
+fn kernels() -> String {
     let mut s = String::from(
-        r#"#include <hip/hip_runtime.h>
-typedef int v4i __attribute__((ext_vector_type(4)));
-__device__ float raw_load(v4i rsrc, int voffset, int soffset, int aux)
-    __asm("llvm.amdgcn.raw.buffer.load.f32");
-__device__ void raw_store(float v, v4i rsrc, int voffset, int soffset, int aux)
-    __asm("llvm.amdgcn.raw.buffer.store.f32");
-__device__ static v4i rsrc(const void *p, int bytes) {
-    unsigned long long a = (unsigned long long)p;
-    v4i r;
-    r.x = (int)(unsigned)a;
-    r.y = (int)(unsigned)(a >> 32) & 0xffff;
-    r.z = bytes;
-    r.w = WORD3;
-    return r;
-}
-#define K(n) extern "C" __global__ void k##n(float *out, const float *a, const float *b, int len) { \
+        r#"#define K(n) extern "C" __global__ void k##n(float *out, const float *a, const float *b, int len) { \
     int i = blockIdx.x * blockDim.x + threadIdx.x;                                              \
     float x = raw_load(rsrc(a, len * 4), i * 4, 0, 0);                                          \
     float y = raw_load(rsrc(b, len * 4), i * 4, 0, 0);                                          \
@@ -48,7 +33,6 @@ __device__ static v4i rsrc(const void *p, int bytes) {
 }
 "#,
     );
-    s = s.replace("WORD3", word3);
     for n in 0..KERNELS {
         s += &format!("K({n})\n");
     }
@@ -56,21 +40,8 @@ __device__ static v4i rsrc(const void *p, int bytes) {
 }
 
 fn build(dir: &std::path::Path, word3: &str) -> Option<Vec<u8>> {
-    let src = dir.join(format!("k-{word3}.hip"));
-    std::fs::write(&src, source(word3)).unwrap();
-    let co = dir.join(format!("k-{word3}.co"));
-    let out = Command::new(std::env::var_os("HIPCC").unwrap_or("hipcc".into()))
-        .args(["--genco", "--offload-arch=gfx1010", "-O2"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&co)
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!("hipcc failed: {}", String::from_utf8_lossy(&out.stderr));
-        return None;
-    }
-    std::fs::read(&co).ok()
+    let hipcc = std::env::var_os("HIPCC").unwrap_or("hipcc".into());
+    rmcp_testkit::buffer_helpers_object(&hipcc, dir, &format!("k-{word3}"), word3, &kernels())
 }
 
 fn time(mut f: impl FnMut()) -> (Duration, Duration) {

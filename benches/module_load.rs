@@ -36,34 +36,15 @@ fn object(dir: &std::path::Path) -> Option<Vec<u8>> {
     let hipcc = ["/usr/bin/hipcc", "/opt/rocm/bin/hipcc"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())?;
-    let mut src = String::from(
-        "#include <hip/hip_runtime.h>\n\
-         typedef int v4i __attribute__((ext_vector_type(4)));\n\
-         __device__ float ld(v4i, int, int, int) __asm(\"llvm.amdgcn.raw.buffer.load.f32\");\n\
-         __device__ void st(float, v4i, int, int, int) __asm(\"llvm.amdgcn.raw.buffer.store.f32\");\n\
-         __device__ static v4i rsrc(const void *p, int n) {\n\
-           unsigned long long a = (unsigned long long)p; v4i r;\n\
-           r.x = (int)(unsigned)a; r.y = (int)(unsigned)(a >> 32) & 0xffff;\n\
-           r.z = n; r.w = 0x00027000; return r; }\n",
-    );
+    let mut kernels = String::new();
     for k in 0..100 {
-        src.push_str(&format!(
+        kernels.push_str(&format!(
             "extern \"C\" __global__ void k{k}(float *o, const float *in, int n) {{\n\
                int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
-               st(ld(rsrc(in, n * 4), i * 4, 0, 0) + {k}.0f, rsrc(o, n * 4), i * 4, 0, 0); }}\n"
+               raw_store(raw_load(rsrc(in, n * 4), i * 4, 0, 0) + {k}.0f, rsrc(o, n * 4), i * 4, 0, 0); }}\n"
         ));
     }
-    let file = dir.join("k100.hip");
-    std::fs::write(&file, src).ok()?;
-    let co = dir.join("k100.co");
-    let st = std::process::Command::new(hipcc)
-        .args(["--genco", "--offload-arch=gfx1010", "-O2"])
-        .arg(&file)
-        .arg("-o")
-        .arg(&co)
-        .status()
-        .ok()?;
-    st.success().then(|| std::fs::read(&co).ok())?
+    rmcp_testkit::buffer_helpers_object(hipcc.as_ref(), dir, "k100", "0x00027000", &kernels)
 }
 
 fn main() {

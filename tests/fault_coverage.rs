@@ -8,45 +8,12 @@
 //! hipGetProcAddress pointers on the 7.2.4 runtime.
 
 use rmcp_testkit::*;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Masks what changes from run to run: hex addresses, numbers (times, pids, ids).
-fn masked(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '0' && chars.peek() == Some(&'x') {
-            chars.next();
-            while chars.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
-                chars.next();
-            }
-            out.push_str("0xN");
-        } else if c.is_ascii_digit() {
-            while chars.peek().is_some_and(|c| c.is_ascii_digit()) {
-                chars.next();
-            }
-            out.push('N');
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// stderr without rmcp's lines and the emulator's own notes.
-fn runtime_part(stderr: &str) -> String {
-    stderr
-        .lines()
-        .filter(|l| !l.starts_with("rmcp[") && !l.starts_with("emulated-gpu:"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// `args` on the emulated GPU in `dir`, rmcp preloaded when `shim`; with the emulator's log.
@@ -102,27 +69,10 @@ fn explained_as(
             "the fault did not happen\n{ctx}"
         );
     }
-    assert_eq!(with.status.signal(), without.status.signal(), "{ctx}");
-    assert_eq!(with.status.code(), without.status.code(), "{ctx}");
-    assert_eq!(
-        masked(&text(&with.stdout)),
-        masked(&text(&without.stdout)),
-        "{ctx}"
-    );
-    assert_eq!(
-        masked(&runtime_part(&e1)),
-        masked(&runtime_part(&e0)),
-        "{ctx}"
-    );
+    assert_same_ending(&without, &with, &ctx);
     let lines: Vec<&str> = e1.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.contains(first))
-        .unwrap_or_else(|| panic!("no block\n{ctx}"));
-    let runtime_first = lines
-        .iter()
-        .position(|l| !l.starts_with("rmcp[") && !l.starts_with("emulated-gpu:"))
-        .unwrap_or(lines.len());
+    let (start, runtime_first) =
+        fault_block_span(&lines, first).unwrap_or_else(|| panic!("no block\n{ctx}"));
     assert!(start < runtime_first, "the block is not first\n{ctx}");
     let block = lines[start..runtime_first].join("\n");
     assert_eq!(
@@ -169,11 +119,9 @@ fn hipcc_build(hipcc: &Path, dir: &Path, name: &str, src: &str) -> std::path::Pa
 /// allocation (issue 35, item 1).
 #[test]
 fn a_fault_in_a_copy_before_any_launch_is_explained() {
-    if real_runtime().is_none() {
+    let Some((lib, hipcc)) = emugpu_with_hipcc() else {
         return;
-    }
-    let Some(lib) = emugpu_lib() else { return };
-    let Some(hipcc) = hipcc() else { return };
+    };
     let dir = tempfile::tempdir().unwrap();
     let exe = hipcc_build(
         &hipcc,
@@ -212,12 +160,8 @@ int main() {
 /// entry, so the faulting launch is recorded and the kernel named (issue 35, item 2).
 #[test]
 fn launches_through_dlsym_on_a_local_handle_are_named() {
-    if real_runtime().is_none() {
-        return;
-    }
-    let Some(lib) = emugpu_lib() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
+    let Some((lib, co)) = emugpu_with_kernel(dir.path()) else {
         return;
     };
     let exe = dir.path().join("by_name_launch");
@@ -245,11 +189,9 @@ fn launches_through_dlsym_on_a_local_handle_are_named() {
 /// into graphs (issue 35, item 3).
 #[test]
 fn a_fault_in_a_graph_names_its_kernels() {
-    if real_runtime().is_none() {
+    let Some((lib, hipcc)) = emugpu_with_hipcc() else {
         return;
-    }
-    let Some(lib) = emugpu_lib() else { return };
-    let Some(hipcc) = hipcc() else { return };
+    };
     let dir = tempfile::tempdir().unwrap();
     let exe = hipcc_build(
         &hipcc,

@@ -272,6 +272,24 @@ fn shim_path() -> PathBuf {
 /// The line a successful load prints, with the caller's buffer unchanged.
 const LOADED: &str = "load rc=0 identical=1\nfunction rc=0\n";
 
+/// A [`run5`] with the shim that loads, and whose GPU gets `code` as the caller's image has
+/// it (`what` in the messages).
+#[track_caller]
+fn original_under_rmcp(
+    lib: &Path,
+    dir: &Path,
+    fixture: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+    code: &Code,
+    what: &str,
+) -> Ran {
+    let ran = run5(lib, dir, fixture, true, env, args);
+    assert_eq!(ran.stdout, LOADED, "{what}: {}", ran.stderr);
+    assert_eq!(seen(&ran.dump, code), Seen::Original, "{what}");
+    ran
+}
+
 #[test]
 fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
     let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
@@ -310,63 +328,54 @@ fn on_5_2_3_the_gpu_gets_the_fixed_code_only_under_rmcp_and_only_on_rdna1() {
             "{said:?}"
         );
 
-        let warned = run5(
+        let warned = original_under_rmcp(
             &lib,
             d,
             "rdna1",
-            true,
             &[("RMCP_BUFFER_DESCRIPTORS", "warn")],
             &args,
-        );
-        assert_eq!(warned.stdout, LOADED, "{mode} warn: {}", warned.stderr);
-        assert_eq!(
-            seen(&warned.dump, &broken_code),
-            Seen::Original,
-            "{mode} warn"
+            &broken_code,
+            &format!("{mode} warn"),
         );
         assert_eq!((warned.count("fixed"), warned.count("warned")), (0, 1));
         let said = warned.said();
         assert_eq!(said.len(), 1, "{}", warned.stderr);
         assert!(said[0].contains("AMDGCN_USE_BUFFER_OPS=0"), "{said:?}");
 
-        let off = run5(
+        let off = original_under_rmcp(
             &lib,
             d,
             "rdna1",
-            true,
             &[("RMCP_BUFFER_DESCRIPTORS", "off")],
             &args,
+            &broken_code,
+            &format!("{mode} off"),
         );
-        assert_eq!(off.stdout, LOADED, "{mode} off: {}", off.stderr);
-        assert_eq!(seen(&off.dump, &broken_code), Seen::Original, "{mode} off");
         assert_eq!(off.count("scanned"), 0, "off reads nothing");
         assert!(off.said().is_empty(), "{}", off.stderr);
 
         // An exempt caller (RMCP_EXEMPT): left alone, its images too.
-        let exempt = run5(
+        let exempt = original_under_rmcp(
             &lib,
             d,
             "rdna1",
-            true,
             &[("RMCP_EXEMPT", "module_load")],
             &args,
-        );
-        assert_eq!(exempt.stdout, LOADED, "{mode} exempt: {}", exempt.stderr);
-        assert_eq!(
-            seen(&exempt.dump, &broken_code),
-            Seen::Original,
-            "{mode} exempt"
+            &broken_code,
+            &format!("{mode} exempt"),
         );
         assert_eq!(exempt.count("scanned"), 0);
 
         // An RDNA2 card (gfx1030) running gfx1010 code: never changed, nothing said.
         let rdna2 = [("HSA_OVERRIDE_GFX_VERSION", "10.1.0")];
-        let other = run5(&lib, d, gfx1030.to_str().unwrap(), true, &rdna2, &args);
-        assert_eq!(other.stdout, LOADED, "{mode} rdna2: {}", other.stderr);
-        assert_eq!(
-            seen(&other.dump, &broken_code),
-            Seen::Original,
-            "{mode} rdna2"
+        let other = original_under_rmcp(
+            &lib,
+            d,
+            gfx1030.to_str().unwrap(),
+            &rdna2,
+            &args,
+            &broken_code,
+            &format!("{mode} rdna2"),
         );
         assert_eq!((other.count("broken"), other.count("fixed")), (1, 0));
         assert_eq!(other.count("warned"), 0);

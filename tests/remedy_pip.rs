@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, write};
 use rmcp_core::remedy::{PYTORCH_ORG_TARGETS, THEROCK_INDEX};
-use rmcp_testkit::{fixture, output_within, python3, repo};
+use rmcp_testkit::{fixture, output_within, printed_commands_in, python3, repo};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -240,22 +240,7 @@ fn printed_commands(doctor_text: &str, check: &str) -> Vec<String> {
         lines.next().is_some(),
         "no {check} finding in\n{doctor_text}"
     );
-    let mut commands: Vec<String> = Vec::new();
-    let mut continued = false;
-    for line in lines.take_while(|l| l.starts_with(' ')) {
-        let t = line.trim_start();
-        if continued {
-            let last = commands.last_mut().unwrap();
-            last.push('\n');
-            last.push_str(t);
-        } else if let Some(c) = t.strip_prefix("$ ") {
-            commands.push(c.to_string());
-        } else {
-            continue;
-        }
-        continued = t.ends_with('\\');
-    }
-    commands
+    printed_commands_in(lines.take_while(|l| l.starts_with(' ')))
 }
 
 /// A venv holding the pytorch.org set, and the two indexes served.

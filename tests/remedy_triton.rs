@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rmcp_testkit::{fixture, missing, repo};
+use rmcp_testkit::{fixture, missing, printed_commands_in, repo};
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
 const USER: &str = "rmcpdoctor";
@@ -93,31 +93,16 @@ fn hsaco_files(dir: &Path) -> Vec<PathBuf> {
 /// The commands printed under every warn or error `triton` finding, as shown (`$ `,
 /// indentation removed, continuation lines kept for the shell).
 fn printed_commands(text: &str) -> Vec<String> {
-    let mut commands: Vec<String> = Vec::new();
+    // Header lines set `inside`; the indented lines of the triton findings are read.
     let mut inside = false;
-    let mut continued = false;
-    for line in text.lines() {
+    printed_commands_in(text.lines().filter(|line| {
         if !line.starts_with(' ') {
             let mut w = line.split_whitespace();
             inside = matches!(w.next(), Some("warn" | "error")) && w.next() == Some("triton");
-            continue;
+            return false;
         }
-        if !inside {
-            continue;
-        }
-        let t = line.trim_start();
-        if continued {
-            let last = commands.last_mut().unwrap();
-            last.push('\n');
-            last.push_str(t);
-        } else if let Some(c) = t.strip_prefix("$ ") {
-            commands.push(c.to_string());
-        } else {
-            continue;
-        }
-        continued = t.ends_with('\\');
-    }
-    commands
+        inside
+    }))
 }
 
 fn triton_findings(json: &str) -> Vec<serde_json::Value> {

@@ -178,6 +178,29 @@ fn check_substitutions(with: &[Row], mode: &str, what: &str) {
     }
 }
 
+/// One runtime's lookups through a `mode` handle (`run(preload)` runs dlsym_table without or
+/// with the shim): the same answers as without rmcp (`compare`), some of them rmcp's own
+/// functions, and rmcp's where it must be (`check_substitutions`).
+fn answers_as_before(
+    run: impl Fn(bool) -> std::process::Output,
+    program: &Path,
+    shim: &Path,
+    mode: &str,
+    what: &str,
+) {
+    let without = rows(&run(false), what);
+    let with = rows(&run(true), what);
+    let n = compare(
+        &without,
+        &with,
+        program.to_str().unwrap(),
+        shim.to_str().unwrap(),
+        what,
+    );
+    assert!(n > 0, "{what}: rmcp handed none of its functions");
+    check_substitutions(&with, mode, what);
+}
+
 #[test]
 fn lookups_answer_as_before_dlerror_included_on_5_2_3() {
     let Some(runtime) = real_runtime() else {
@@ -201,17 +224,7 @@ fn lookups_answer_as_before_dlerror_included_on_5_2_3() {
             cmd.output().expect("dlsym_table runs")
         };
         let what = format!("5.2.3 {mode}");
-        let without = rows(&run(false), &what);
-        let with = rows(&run(true), &what);
-        let n = compare(
-            &without,
-            &with,
-            program.to_str().unwrap(),
-            shim.to_str().unwrap(),
-            &what,
-        );
-        assert!(n > 0, "{what}: rmcp handed none of its functions");
-        check_substitutions(&with, mode, &what);
+        answers_as_before(run, &program, &shim, mode, &what);
     }
 }
 
@@ -248,17 +261,7 @@ fn lookups_answer_as_before_dlerror_included_on_7_2_4() {
                 .expect("dlsym_table runs in the root")
         };
         let what = format!("7.2.4 {mode}");
-        let without = rows(&run(false), &what);
-        let with = rows(&run(true), &what);
-        let n = compare(
-            &without,
-            &with,
-            program.to_str().unwrap(),
-            shim.to_str().unwrap(),
-            &what,
-        );
-        assert!(n > 0, "{what}: rmcp handed none of its functions");
-        check_substitutions(&with, mode, &what);
+        answers_as_before(run, &program, &shim, mode, &what);
     }
 }
 

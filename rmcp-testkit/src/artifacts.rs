@@ -180,6 +180,27 @@ pub fn emugpu_lib() -> Option<PathBuf> {
     Some(PathBuf::from(lib))
 }
 
+/// What the emulated GPU's fault tests start from: the real 5.2.3 runtime, the emulated GPU
+/// and the gfx1010 kernel object (`crate::kernel_object`, built into `dir`), as (the
+/// emulator, the code object). None when any is missing: a skip (a failure where
+/// prerequisites are required), the first missing one named.
+pub fn emugpu_with_kernel(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    crate::real_runtime()?;
+    let lib = emugpu_lib()?;
+    let co = crate::kernel_object(dir, "gfx1010")?;
+    Some((lib, co))
+}
+
+/// What the emulated GPU's tests that build their own HIP program start from: the real
+/// 5.2.3 runtime, the emulated GPU and hipcc, as (the emulator, hipcc). None when any is
+/// missing: a skip (a failure where prerequisites are required), the first missing one named.
+pub fn emugpu_with_hipcc() -> Option<(PathBuf, PathBuf)> {
+    crate::real_runtime()?;
+    let lib = emugpu_lib()?;
+    let hipcc = crate::hipcc()?;
+    Some((lib, hipcc))
+}
+
 /// tests/emulated-gpu/emu_probe.c linked to `libamdhip64.so.<major>` (5, 6 or 7).
 pub fn emu_probe(major: u8) -> PathBuf {
     PathBuf::from(match major {

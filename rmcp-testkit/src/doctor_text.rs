@@ -1,9 +1,32 @@
 //! The layout rules of `rmcp doctor`'s text output that every test of it checks: lines of
 //! at most 80 columns, except a `see URL` line (a URL is never broken); source lines at the
-//! column where a finding's text starts, each link once per finding.
+//! column where a finding's text starts, each link once per finding. And the commands a
+//! finding prints, read back as a user would paste them.
 
 /// The column where a finding's text starts: status (5), a space, check (13), a space.
 pub const MESSAGE_COLUMN: usize = 20;
+
+/// The commands among a finding's indented `lines`, exactly as shown: each line starting
+/// with `$ ` (indentation and `$ ` removed) and, after a line ending in `\`, the next line
+/// joined to it with a newline (continuations kept for the shell); other lines skipped.
+pub fn printed_commands_in<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut commands: Vec<String> = Vec::new();
+    let mut continued = false;
+    for line in lines {
+        let t = line.trim_start();
+        if continued {
+            let last = commands.last_mut().unwrap();
+            last.push('\n');
+            last.push_str(t);
+        } else if let Some(c) = t.strip_prefix("$ ") {
+            commands.push(c.to_string());
+        } else {
+            continue;
+        }
+        continued = t.ends_with('\\');
+    }
+    commands
+}
 
 /// Err naming the first line that breaks a rule.
 pub fn check_doctor_layout(text: &str) -> Result<(), String> {
@@ -35,6 +58,21 @@ pub fn check_doctor_layout(text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printed_commands_keep_their_continuations() {
+        let lines = [
+            "    reason",
+            "    $ pip install a \\",
+            "        --index-url b",
+            "    $ rmcp doctor",
+            "    see https://example.org",
+        ];
+        assert_eq!(
+            printed_commands_in(lines),
+            ["pip install a \\\n--index-url b", "rmcp doctor"]
+        );
+    }
 
     #[test]
     fn the_rules() {

@@ -116,7 +116,7 @@ pub fn kernel_object(dir: &Path, arch: &str) -> Option<PathBuf> {
 pub fn buffer_kernel_object(dir: &Path, word3: &str) -> Option<PathBuf> {
     let hipcc = hipcc()?;
     let src = dir.join("buffer_kernel.hip");
-    std::fs::write(&src, BUFFER_KERNEL).unwrap();
+    std::fs::write(&src, format!("{BUFFER_HELPERS}{COPY_KERNEL}")).unwrap();
     let co = dir.join(format!("buffer-{word3}.co"));
     let out = std::process::Command::new(&hipcc)
         .args(["--genco", "--offload-arch=gfx1010", "-O2"])
@@ -134,7 +134,38 @@ pub fn buffer_kernel_object(dir: &Path, word3: &str) -> Option<PathBuf> {
     Some(co)
 }
 
-const BUFFER_KERNEL: &str = r#"#include <hip/hip_runtime.h>
+/// A gfx1010 code object built by `hipcc` (`--genco --offload-arch=gfx1010 -O2`) into `dir`
+/// as `NAME.co` from `NAME.hip`: [`BUFFER_HELPERS`] with word 3 = `word3`, then `kernels`.
+/// The bytes hipcc wrote (an offload bundle); None when hipcc cannot run or fails (its
+/// stderr printed): the benches' builder, which then measure nothing.
+pub fn buffer_helpers_object(
+    hipcc: &std::ffi::OsStr,
+    dir: &Path,
+    name: &str,
+    word3: &str,
+    kernels: &str,
+) -> Option<Vec<u8>> {
+    let src = dir.join(format!("{name}.hip"));
+    std::fs::write(&src, BUFFER_HELPERS.replace("WORD3", word3) + kernels).ok()?;
+    let co = dir.join(format!("{name}.co"));
+    let out = std::process::Command::new(hipcc)
+        .args(["--genco", "--offload-arch=gfx1010", "-O2"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&co)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!("hipcc failed: {}", String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    std::fs::read(&co).ok()
+}
+
+/// HIP device helpers for kernels that load and store through raw buffer descriptors built
+/// by hand: `raw_load` / `raw_store` (the LLVM raw buffer intrinsics) and `rsrc(p, bytes)`,
+/// a descriptor whose word 3 is the macro `WORD3`.
+pub const BUFFER_HELPERS: &str = r#"#include <hip/hip_runtime.h>
 typedef int v4i __attribute__((ext_vector_type(4)));
 __device__ float raw_load(v4i rsrc, int voffset, int soffset, int aux)
     __asm("llvm.amdgcn.raw.buffer.load.f32");
@@ -149,7 +180,9 @@ __device__ static v4i rsrc(const void *p, int bytes) {
     r.w = WORD3;
     return r;
 }
-extern "C" __global__ void copy(float *out, const float *in, int n) {
+"#;
+
+const COPY_KERNEL: &str = r#"extern "C" __global__ void copy(float *out, const float *in, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     float v = raw_load(rsrc(in, n * 4), i * 4, 0, 0);
     raw_store(v + 1.0f, rsrc(out, n * 4), i * 4, 0, 0);
