@@ -119,22 +119,20 @@ pub(crate) fn record_in(
     };
     let n = crate::stats::take(&ring.head, slot);
     let e = &ring.entries[(n % RECORDS as u64) as usize];
-    e.seq.store(n.wrapping_mul(2) | 1, Ordering::Relaxed);
-    std::sync::atomic::fence(Ordering::Release);
     let (how, forwarded) = match fw {
         None => (0u32, asked),
         Some(Forward::HostMalloc(f)) => (1, f),
         Some(Forward::ExtMallocWithFlags(f)) => (2, f),
     };
-    e.base.store(base, Ordering::Relaxed);
-    e.size.store(size, Ordering::Relaxed);
-    e.caller.store(caller, Ordering::Relaxed);
-    e.asked.store(asked, Ordering::Relaxed);
-    e.forwarded.store(forwarded, Ordering::Relaxed);
-    e.how
-        .store(hook.index() as u32 | (how << 8), Ordering::Relaxed);
-    e.seq
-        .store(n.wrapping_add(1).wrapping_mul(2), Ordering::Release);
+    crate::seqlock::write(&e.seq, n, || {
+        e.base.store(base, Ordering::Relaxed);
+        e.size.store(size, Ordering::Relaxed);
+        e.caller.store(caller, Ordering::Relaxed);
+        e.asked.store(asked, Ordering::Relaxed);
+        e.forwarded.store(forwarded, Ordering::Relaxed);
+        e.how
+            .store(hook.index() as u32 | (how << 8), Ordering::Relaxed);
+    });
 }
 
 /// The newest record of an allocation at `base` (exactly), if it is still in the ring.
@@ -174,20 +172,16 @@ fn find_by(matches: impl Fn(usize, usize) -> bool) -> Option<Record> {
 fn read(ring: &Ring, head: u64, back: u64) -> Option<Record> {
     let k = head.checked_sub(back + 1)?;
     let e = &ring.entries[(k % RECORDS as u64) as usize];
-    let before = e.seq.load(Ordering::Acquire);
-    if before != k.wrapping_add(1).wrapping_mul(2) {
-        return None;
-    }
-    let base = e.base.load(Ordering::Relaxed);
-    let size = e.size.load(Ordering::Relaxed);
-    let caller = e.caller.load(Ordering::Relaxed);
-    let asked = e.asked.load(Ordering::Relaxed);
-    let forwarded = e.forwarded.load(Ordering::Relaxed);
-    let how = e.how.load(Ordering::Relaxed);
-    std::sync::atomic::fence(Ordering::Acquire);
-    if e.seq.load(Ordering::Relaxed) != before {
-        return None;
-    }
+    let (base, size, caller, asked, forwarded, how) = crate::seqlock::read(&e.seq, k, || {
+        (
+            e.base.load(Ordering::Relaxed),
+            e.size.load(Ordering::Relaxed),
+            e.caller.load(Ordering::Relaxed),
+            e.asked.load(Ordering::Relaxed),
+            e.forwarded.load(Ordering::Relaxed),
+            e.how.load(Ordering::Relaxed),
+        )
+    })?;
     let (hook, _) = HOOKS.get((how & 0xff) as usize)?;
     Some(Record {
         hook: *hook,

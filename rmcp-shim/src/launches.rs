@@ -32,6 +32,8 @@ use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use rmcp_core::registry::Observed;
 
+use crate::seqlock;
+
 use crate::stats::{SHARED, SLOTS};
 
 /// Launches kept per thread.
@@ -107,19 +109,17 @@ pub(crate) fn record(via: Observed, kernel: Kernel, caller: usize) {
     };
     let n = crate::stats::take(&ring.head, slot);
     let e = &ring.entries[(n % RING as u64) as usize];
-    e.seq.store(n.wrapping_mul(2) | 1, Ordering::Relaxed);
-    std::sync::atomic::fence(Ordering::Release);
     let (k, bit) = match kernel {
         Kernel::Stub(s) => (s, 0),
         Kernel::Function(f) => (f, FUNCTION_BIT),
         Kernel::Graph(g) => (g, GRAPH_BIT),
     };
-    e.kernel.store(k, Ordering::Relaxed);
-    e.caller.store(caller, Ordering::Relaxed);
-    e.thread.store(thread_id(), Ordering::Relaxed);
-    e.via.store(via.index() as u8 | bit, Ordering::Relaxed);
-    e.seq
-        .store(n.wrapping_add(1).wrapping_mul(2), Ordering::Release);
+    seqlock::write(&e.seq, n, || {
+        e.kernel.store(k, Ordering::Relaxed);
+        e.caller.store(caller, Ordering::Relaxed);
+        e.thread.store(thread_id(), Ordering::Relaxed);
+        e.via.store(via.index() as u8 | bit, Ordering::Relaxed);
+    });
 }
 
 /// Launches recorded since the process started.
@@ -143,18 +143,14 @@ pub(crate) struct Launch {
 fn read(ring: &Ring, head: u64, back: u64) -> Option<Launch> {
     let k = head.checked_sub(back + 1)?;
     let e = &ring.entries[(k % RING as u64) as usize];
-    let before = e.seq.load(Ordering::Acquire);
-    if before != k.wrapping_add(1).wrapping_mul(2) {
-        return None;
-    }
-    let kernel = e.kernel.load(Ordering::Relaxed);
-    let caller = e.caller.load(Ordering::Relaxed);
-    let thread = e.thread.load(Ordering::Relaxed);
-    let via = e.via.load(Ordering::Relaxed);
-    std::sync::atomic::fence(Ordering::Acquire);
-    if e.seq.load(Ordering::Relaxed) != before {
-        return None;
-    }
+    let (kernel, caller, thread, via) = seqlock::read(&e.seq, k, || {
+        (
+            e.kernel.load(Ordering::Relaxed),
+            e.caller.load(Ordering::Relaxed),
+            e.thread.load(Ordering::Relaxed),
+            e.via.load(Ordering::Relaxed),
+        )
+    })?;
     let &(o, _) =
         rmcp_core::registry::OBSERVED.get(usize::from(via & !(FUNCTION_BIT | GRAPH_BIT)))?;
     Some(Launch {

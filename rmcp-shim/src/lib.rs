@@ -25,6 +25,7 @@
 //! - `copies`: the runtime copies calls reach, with each one's version and devices;
 //! - `binding`: where each caller's calls go (the function it would have reached without
 //!   the shim), and whether it is exempt (RMCP_EXEMPT);
+//! - `seqlock`: how a ring entry is written without a lock and read whole at fault time;
 //! - `launches`: the launch ring and the kernels' names; `graphs`: the kernels put into HIP
 //!   graphs (captured, or given as kernel nodes); `allocations`: the record of the
 //!   allocations hooked calls made (all for the GPU fault report);
@@ -64,6 +65,7 @@ mod state;
 mod devices;
 mod copies;
 mod binding;
+mod seqlock;
 mod launches;
 mod graphs;
 mod allocations;
