@@ -94,19 +94,29 @@ pub fn kernel_object(dir: &Path, arch: &str) -> Option<PathBuf> {
     )
     .unwrap();
     let co = dir.join(format!("k-{arch}.co"));
-    let out = std::process::Command::new(&hipcc)
-        .args(["--genco", &format!("--offload-arch={arch}")])
-        .arg(&src)
-        .arg("-o")
-        .arg(&co)
-        .output()
-        .expect("run hipcc");
+    let out = genco(&hipcc, &[&format!("--offload-arch={arch}")], &src, &co).expect("run hipcc");
     assert!(
         out.status.success(),
         "hipcc {arch}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Some(co)
+}
+
+/// `hipcc --genco ARGS SRC -o CO`: a code object (an offload bundle) from one source.
+fn genco(
+    hipcc: impl AsRef<std::ffi::OsStr>,
+    args: &[&str],
+    src: &Path,
+    co: &Path,
+) -> std::io::Result<std::process::Output> {
+    std::process::Command::new(hipcc)
+        .arg("--genco")
+        .args(args)
+        .arg(src)
+        .arg("-o")
+        .arg(co)
+        .output()
 }
 
 /// A gfx1010 code object (an offload bundle, built by hipcc into `dir`) whose kernel `copy`
@@ -118,14 +128,14 @@ pub fn buffer_kernel_object(dir: &Path, word3: &str) -> Option<PathBuf> {
     let src = dir.join("buffer_kernel.hip");
     std::fs::write(&src, format!("{BUFFER_HELPERS}{COPY_KERNEL}")).unwrap();
     let co = dir.join(format!("buffer-{word3}.co"));
-    let out = std::process::Command::new(&hipcc)
-        .args(["--genco", "--offload-arch=gfx1010", "-O2"])
-        .arg(format!("-DWORD3={word3}"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&co)
-        .output()
-        .expect("run hipcc");
+    let define = format!("-DWORD3={word3}");
+    let out = genco(
+        &hipcc,
+        &["--offload-arch=gfx1010", "-O2", &define],
+        &src,
+        &co,
+    )
+    .expect("run hipcc");
     assert!(
         out.status.success(),
         "hipcc {word3}: {}",
@@ -148,13 +158,7 @@ pub fn buffer_helpers_object(
     let src = dir.join(format!("{name}.hip"));
     std::fs::write(&src, BUFFER_HELPERS.replace("WORD3", word3) + kernels).ok()?;
     let co = dir.join(format!("{name}.co"));
-    let out = std::process::Command::new(hipcc)
-        .args(["--genco", "--offload-arch=gfx1010", "-O2"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&co)
-        .output()
-        .ok()?;
+    let out = genco(hipcc, &["--offload-arch=gfx1010", "-O2"], &src, &co).ok()?;
     if !out.status.success() {
         eprintln!("hipcc failed: {}", String::from_utf8_lossy(&out.stderr));
         return None;
