@@ -42,6 +42,9 @@ pub(crate) struct Copy {
     generation: AtomicU64,
     /// Whether its ROCr has the fault handler (`fault::watch`'s state; 0: not tried).
     pub(crate) watched: std::sync::atomic::AtomicU8,
+    /// Both of the above are done for good (announced, `watched` done): what a hooked call
+    /// checks first, so that a settled copy costs one load (`intercept::settle`).
+    pub(crate) settled: AtomicBool,
     /// How often its ROCr said it was not open yet (`fault::watch`).
     pub(crate) watch_tries: std::sync::atomic::AtomicU8,
     /// Its own ROCr's functions that the fault handler needs, found with its other functions
@@ -196,6 +199,7 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
         announced: AtomicBool::new(false),
         generation: AtomicU64::new(generation),
         watched: std::sync::atomic::AtomicU8::new(0),
+        settled: AtomicBool::new(false),
         watch_tries: std::sync::atomic::AtomicU8::new(0),
         rocr,
         segments,

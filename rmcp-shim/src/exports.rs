@@ -81,14 +81,14 @@ const fn integer_register<T: IntegerRegister>() {}
 /// the caller's argument of the same name, so the other arguments go on unchanged).
 macro_rules! forward {
     ($copy:ident, $call:ident, $name:ident, [$($arg:ident),*]) => {
-        intercept::<$copy>($call, |api| {
+        intercept::<$copy>($call, move |api| {
             // SAFETY: the caller's own arguments, passed on unchanged to the runtime's
             // function of the same name and C signature.
             api.$name.map(|f| unsafe { f($($arg),*) })
         })
     };
     ($copy:ident, $call:ident, $name:ident, [$($arg:ident),*], image $image:ident) => {
-        crate::module_load::load::<$copy>($call, $image, |api, $image| {
+        crate::module_load::load::<$copy>($call, $image, move |api, $image| {
             // SAFETY: the caller's own arguments, passed on unchanged to the runtime's
             // function of the same name and C signature, but for the image: the caller's,
             // or a private copy of it that lives as long as the process (`module_load`).

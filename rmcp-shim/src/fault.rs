@@ -108,6 +108,11 @@ pub(crate) fn watch(c: &Copy) {
     }
 }
 
+/// Whether [`watch`] has nothing more to do for copy `c` (registered, or given up).
+pub(crate) fn watched(c: &Copy) -> bool {
+    c.watched.load(Ordering::Acquire) == DONE
+}
+
 /// Times a copy's ROCr is asked to register before rmcp stops asking (ROCr not open).
 pub(crate) const TRIES: u8 = 32;
 

@@ -228,41 +228,61 @@ fn decide_and_call<const COPY: bool>(
 
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let coherent = rc == error::SUCCESS && coherent_if_served;
-        after::<COPY>(t, call, decision, rc, fallback, lacks, coherent);
-        for_fault_report::<COPY>(t, call, decision, rc, fallback);
-        if coherent {
-            beyond_reach(&facts, call.hook, "coherent");
+        let slot = stats::slot(t);
+        stats::record(
+            slot,
+            call.hook,
+            Outcome {
+                rewritten: decision != Decision::Unchanged,
+                fallback,
+                error: rc != error::SUCCESS,
+                bytes: call.size as u64,
+                coherent,
+            },
+        );
+        // What is said about a call is out of line: an ordinary call only checks whether
+        // there is anything to say (trace implies debug).
+        if lacks || fallback || coherent || tracing::level_enabled!(tracing::Level::DEBUG) {
+            tell::<COPY>(&facts, call, decision, rc, fallback, lacks, coherent);
         }
-        crate::report::after_call(global, binding);
-        // The runtime served a call: its ROCr is open now, before any GPU work of the
-        // caller's (a copy may be the first), and this thread holds none of the runtime's
-        // locks. Registering asks the loader nothing (`fault::watch`).
         if rc == error::SUCCESS {
-            if let Some(c) = binding.copy {
-                crate::fault::watch(c);
+            for_fault_report::<COPY>(slot, call, decision, fallback);
+        }
+        if let Some(c) = binding.copy {
+            if !c.settled.load(Relaxed) {
+                settle(global, c, rc == error::SUCCESS);
             }
         }
     }));
     rc
 }
 
-/// What the GPU fault report needs of a call (issue 28): a successful allocation in the
-/// allocation record, with what was asked and what was forwarded.
+/// What the first calls reaching runtime copy `c` do once: its banner (`report::announce`)
+/// and, once the runtime served a call (`served`), rmcp's fault handler in its ROCr: ROCr is
+/// open then, before any GPU work of the caller's (a copy may be the first), and this thread
+/// holds none of the runtime's locks; registering asks the loader nothing (`fault::watch`).
+/// When both are done for good, the copy is settled and a call checks one flag.
+#[cold]
+#[inline(never)]
+fn settle(global: &'static Global, c: &'static crate::copies::Copy, served: bool) {
+    crate::report::announce(global, c);
+    if served {
+        crate::fault::watch(c);
+    }
+    if c.announced.load(Relaxed) && crate::fault::watched(c) {
+        c.settled.store(true, Relaxed);
+    }
+}
+
+/// What the GPU fault report needs of a successful call (issue 28): an allocation in the
+/// allocation record of the calling thread's `slot`, with what was asked and what was
+/// forwarded.
 #[inline(always)]
-fn for_fault_report<const COPY: bool>(
-    t: &ThreadState,
-    call: Call,
-    decision: Decision,
-    rc: HipError,
-    fallback: bool,
-) {
-    if rc == error::SUCCESS && !call.out.is_null() {
+fn for_fault_report<const COPY: bool>(slot: usize, call: Call, decision: Decision, fallback: bool) {
+    if !call.out.is_null() {
         // SAFETY: the runtime accepted the call and wrote the allocation's address to the
         // caller's out-pointer.
         let base = unsafe { call.out.read() } as usize;
-        if base == 0 {
-            return;
-        }
         let forwarded = match decision {
             Decision::Rewrite(fw) if !fallback => Some(fw),
             _ => None,
@@ -271,13 +291,7 @@ fn for_fault_report<const COPY: bool>(
             Caller::At(ret) | Caller::Copy { ret, .. } => ret,
         };
         crate::allocations::record_in(
-            stats::slot(t),
-            call.hook,
-            base,
-            call.size,
-            caller,
-            call.flags,
-            forwarded,
+            slot, call.hook, base, call.size, caller, call.flags, forwarded,
         );
     }
 }
@@ -366,8 +380,12 @@ pub(crate) unsafe fn count_host_location(hook: Hook, prop: *const c_void, caller
     });
 }
 
-fn after<const COPY: bool>(
-    t: &ThreadState,
+/// What the shim says about a call: a runtime that lacks the function, a fallback, memory
+/// left coherent (each once per function), and the debug or trace line.
+#[cold]
+#[inline(never)]
+fn tell<const COPY: bool>(
+    facts: &CallFacts,
     call: Call,
     decision: Decision,
     rc: HipError,
@@ -382,17 +400,6 @@ fn after<const COPY: bool>(
         ret,
         ..
     } = call;
-    stats::record(
-        stats::slot(t),
-        hook,
-        Outcome {
-            rewritten: decision != Decision::Unchanged,
-            fallback,
-            error: rc != error::SUCCESS,
-            bytes: size as u64,
-            coherent,
-        },
-    );
     if lacks {
         missing(hook, "the loaded HIP runtime does not export it");
     }
@@ -425,6 +432,9 @@ fn after<const COPY: bool>(
             "{} size={size} flags={flags:#x} unchanged rc={rc}",
             hook.name()
         );
+    }
+    if coherent {
+        beyond_reach(facts, hook, "coherent");
     }
 }
 

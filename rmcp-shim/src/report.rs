@@ -240,9 +240,15 @@ fn wants_details(g: &Global) -> bool {
 #[inline(always)]
 pub(crate) fn after_call(g: &'static Global, b: &Binding) {
     if let Some(c) = b.copy {
-        if !c.announced.load(Ordering::Relaxed) {
-            first_details(g, c);
-        }
+        announce(g, c);
+    }
+}
+
+/// [`after_call`] for copy `c`.
+#[inline(always)]
+pub(crate) fn announce(g: &'static Global, c: &'static Copy) {
+    if !c.announced.load(Ordering::Relaxed) {
+        first_details(g, c);
     }
 }
 
