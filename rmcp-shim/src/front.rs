@@ -111,13 +111,20 @@ pub(crate) fn next(name: *const c_char) -> *mut c_void {
 #[inline(always)]
 pub(crate) fn thread_block() -> Option<*mut u64> {
     let f = get()?;
+    Some(thread_pointer().wrapping_add(f.thread_offset.load(Ordering::Relaxed)) as *mut u64)
+}
+
+/// The calling thread's thread pointer: on x86-64 Linux the word at fs:0 is the thread
+/// pointer itself (the TCB's self-pointer), which is also glibc's `pthread_self()` (its
+/// `struct pthread` begins with the TCB; the unit test below checks it).
+#[inline(always)]
+pub(crate) fn thread_pointer() -> usize {
     let tp: usize;
-    // SAFETY: on x86-64 Linux the word at fs:0 is the thread pointer itself (the TCB's
-    // self-pointer); reading it has no other effect.
+    // SAFETY: reads the TCB's self-pointer; no other effect.
     unsafe {
         core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags));
     }
-    Some(tp.wrapping_add(f.thread_offset.load(Ordering::Relaxed)) as *mut u64)
+    tp
 }
 
 /// The generation of loaded objects: it changes after every `dlclose` that returns (the
@@ -175,4 +182,18 @@ pub(crate) fn own_object_address() -> Option<usize> {
 /// Some(None) when closed, None without a front.
 pub(crate) fn stderr_at_load() -> Option<Option<(u64, u64)>> {
     get()?.stderr_at_load()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thread_pointer_is_pthread_self_in_every_thread() {
+        let here = || {
+            // SAFETY: pthread_self has no preconditions.
+            assert_eq!(super::thread_pointer(), unsafe { libc::pthread_self() }
+                as usize);
+        };
+        here();
+        std::thread::spawn(here).join().unwrap();
+    }
 }
