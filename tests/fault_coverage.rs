@@ -4,10 +4,12 @@
 //! in a kernel a graph runs. Each is explained (rmcp's block first, the node, the gfx and the
 //! kernels named) and the runtime's own message and ending are the same with rmcp as
 //! without, byte for byte after masking addresses and numbers. In the roots tests/compat/run
-//! builds (chroot, as root): the copy on the 6.4.3 runtime, and launches through
-//! hipGetProcAddress pointers on the 7.2.4 runtime.
+//! builds (chroot, as root): the copy on the 6.4.3 runtime, launches through
+//! hipGetProcAddress pointers on the 7.2.4 runtime, and real llama.cpp (Debian's, with its
+//! HIP backend) on the 6.4.3 runtime, faulting in its model upload and running unfaulted.
 
 use rmcp_testkit::*;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -286,7 +288,13 @@ fn staged(name: &str, major: u8, lib: &Path) -> Option<Staged> {
         skip(&format!("the {name} root needs chroot, which needs root"));
         return None;
     }
-    let inside = format!("/tmp/rmcp-fault-coverage-{}", std::process::id());
+    // One directory per staging: tests of one process run side by side in the same root.
+    static STAGED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let inside = format!(
+        "/tmp/rmcp-fault-coverage-{}-{}",
+        std::process::id(),
+        STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let host = root.join(inside.trim_start_matches('/'));
     std::fs::create_dir_all(&host).unwrap();
     let s = Staged { root, host, inside };
@@ -424,4 +432,185 @@ fn launches_through_hip_get_proc_address_are_named_on_7_2_4() {
         "{ctx}"
     );
     assert!(block.contains("2 launches in all"), "{ctx}");
+}
+
+/// Real llama.cpp as users run it: Debian's llama.cpp-tools and its HIP backend
+/// (libggml0-backend-hip, which ggml loads with dlopen from its backends directory) in the
+/// sid root (tests/compat/run installs them), on the 6.4.3 runtime on the emulated gfx1010,
+/// with a tiny model (tests/llama/tiny_model.py) and every layer offloaded. Staged in `stage`
+/// with the model written there; None (a skip, a failure where prerequisites are required)
+/// when the root lacks llama.cpp.
+fn llama_staged(stage: &Staged) -> Option<String> {
+    for need in [
+        "usr/bin/llama-completion",
+        "usr/lib/x86_64-linux-gnu/ggml/backends0/libggml-hip.so",
+        "usr/lib/python3/dist-packages/gguf",
+    ] {
+        if !stage.root.join(need).exists() {
+            missing(&format!(
+                "no /{need} in the sid root (tests/compat/run installs llama.cpp-tools, \
+                 libggml0-backend-hip and python3-gguf)"
+            ));
+            return None;
+        }
+    }
+    let script = stage.put(&repo().join("tests/llama/tiny_model.py"));
+    let (out, _) = stage.run(false, &[], &["python3", &script, "tiny.gguf"]);
+    assert!(out.status.success(), "tiny_model.py: {out:?}");
+    Some(format!("{}/tiny.gguf", stage.inside))
+}
+
+/// llama-completion with `model`: four tokens from a fixed prompt, greedy, fixed seed.
+fn llama_args(model: &str) -> [&str; 15] {
+    [
+        "llama-completion",
+        "-m",
+        model,
+        "-p",
+        "abc",
+        "-n",
+        "4",
+        "--no-warmup",
+        "-ngl",
+        "99",
+        "-no-cnv",
+        "--seed",
+        "1",
+        "--temp",
+        "0",
+    ]
+}
+
+/// ROCr's VM fault report without its "Nearby memory map" and "PtrInfo" listing (from the
+/// first line to the one before "Failed to enable debug interface").
+fn without_nearby(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut listing = false;
+    for l in s.lines() {
+        if l == "Nearby memory map:" {
+            listing = true;
+        } else if l.starts_with("Failed to enable debug interface") {
+            listing = false;
+        }
+        if !listing {
+            out.push(l);
+        }
+    }
+    out.join("\n")
+}
+
+/// Masked, and with runs of blanks as one (llama.cpp pads its timings to their width).
+fn comparable(s: &str) -> String {
+    masked(s).split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Real llama.cpp whose first GPU work, the model upload (the runtime's own copy kernels:
+/// ggml has launched nothing yet), faults: rmcp's block comes before the runtime's report,
+/// naming the node and the gfx (issue 35 item 1: there was no block at all), and the run
+/// ends and reads as it does without rmcp.
+#[test]
+fn real_llama_cpp_faulting_in_its_model_upload_is_explained_on_6_4_3() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("sid", 6, &lib) else {
+        return;
+    };
+    let Some(model) = llama_staged(&stage) else {
+        return;
+    };
+    let env = ["EMUGPU_FAULT=vm".to_string()];
+    let (without, log0) = stage.run(false, &env, &llama_args(&model));
+    let (with, log1) = stage.run(true, &env, &llama_args(&model));
+    let (e0, e1) = (text(&without.stderr), text(&with.stderr));
+    let ctx = format!(
+        "--- without {:?}\n{e0}\n--- with {:?}\n{e1}",
+        without.status, with.status
+    );
+    for log in [&log0, &log1] {
+        assert!(log.contains("\"fault\":\"vm\""), "no fault\n{ctx}");
+    }
+    assert_eq!(with.status.signal(), without.status.signal(), "{ctx}");
+    assert_eq!(with.status.code(), without.status.code(), "{ctx}");
+    assert_eq!(
+        masked(&text(&with.stdout)),
+        masked(&text(&without.stdout)),
+        "{ctx}"
+    );
+    // The runtime's own message and ending, byte for byte after masking; its listing of the
+    // blocks nearest the address is left out: which blocks lie nearest moves with the
+    // address space's layout from run to run, with or without rmcp.
+    assert_eq!(
+        masked(&without_nearby(&runtime_part(&e1))),
+        masked(&without_nearby(&runtime_part(&e0))),
+        "{ctx}"
+    );
+    let lines: Vec<&str> = e1.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains("GPU memory fault on GPU node-1 at address 0x"))
+        .unwrap_or_else(|| panic!("no block\n{ctx}"));
+    let runtime = lines
+        .iter()
+        .position(|l| l.starts_with("Memory access fault by GPU node-1"))
+        .unwrap_or_else(|| panic!("no runtime report\n{ctx}"));
+    assert!(
+        start < runtime,
+        "the block is not before the runtime's report\n{ctx}"
+    );
+    let block = lines[start..runtime]
+        .iter()
+        .take_while(|l| l.starts_with("rmcp["))
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        block.contains("GPU: node-1, gfx1010 (KFD topology)"),
+        "node and gfx\n{ctx}"
+    );
+    assert!(
+        block.contains("kernels: no launch went through rmcp in this process"),
+        "{ctx}"
+    );
+    assert!(block.contains("non-coherent in this process"), "{ctx}");
+}
+
+/// The same llama.cpp run without a fault: the same tokens and the same messages with rmcp
+/// as without, and ggml's pinned host buffers (its hipHostMalloc calls, from the backend
+/// ggml dlopened) made non-coherent.
+#[test]
+fn real_llama_cpp_runs_the_same_with_its_pinned_buffers_rewritten_on_6_4_3() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("sid", 6, &lib) else {
+        return;
+    };
+    let Some(model) = llama_staged(&stage) else {
+        return;
+    };
+    let (without, _) = stage.run(false, &[], &llama_args(&model));
+    let env = ["RMCP_LOG=debug".to_string()];
+    let (with, _) = stage.run(true, &env, &llama_args(&model));
+    let (e0, e1) = (text(&without.stderr), text(&with.stderr));
+    let ctx = format!(
+        "--- without {:?}\n{e0}\n--- with {:?}\n{e1}",
+        without.status, with.status
+    );
+    assert!(without.status.success() && with.status.success(), "{ctx}");
+    assert!(text(&with.stdout).contains("abc"), "{ctx}");
+    assert_eq!(text(&with.stdout), text(&without.stdout), "{ctx}");
+    assert_eq!(
+        comparable(&runtime_part(&e1)),
+        comparable(&runtime_part(&e0)),
+        "{ctx}"
+    );
+    let rewritten = e1
+        .lines()
+        .filter(|l| {
+            l.contains("debug: hipHostMalloc size=")
+                && l.contains(" -> hipHostMalloc flags=0x80000000 caller=")
+                && l.ends_with("/ggml/backends0/libggml-hip.so rc=0")
+        })
+        .count();
+    assert!(
+        rewritten >= 1,
+        "no pinned buffer of ggml's rewritten\n{ctx}"
+    );
 }
