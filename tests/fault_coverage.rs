@@ -504,22 +504,12 @@ fn comparable(s: &str) -> String {
     masked(s).split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Real llama.cpp whose first GPU work, the model upload (the runtime's own copy kernels:
-/// ggml has launched nothing yet), faults: rmcp's block comes before the runtime's report,
-/// naming the node and the gfx (issue 35 item 1: there was no block at all), and the run
-/// ends and reads as it does without rmcp.
-#[test]
-fn real_llama_cpp_faulting_in_its_model_upload_is_explained_on_6_4_3() {
-    let Some(lib) = emugpu_lib() else { return };
-    let Some(stage) = staged("sid", 6, &lib) else {
-        return;
-    };
-    let Some(model) = llama_staged(&stage) else {
-        return;
-    };
-    let env = ["EMUGPU_FAULT=vm".to_string()];
-    let (without, log0) = stage.run(false, &env, &llama_args(&model));
-    let (with, log1) = stage.run(true, &env, &llama_args(&model));
+/// Real llama.cpp run with and without rmcp, a VM fault armed with `env`: both faulted,
+/// the same ending and the same message from the runtime, and rmcp's block before the
+/// runtime's report, naming the node and the gfx. Returns the block and the context.
+fn llama_explained(stage: &Staged, model: &str, env: &[String]) -> (String, String) {
+    let (without, log0) = stage.run(false, env, &llama_args(model));
+    let (with, log1) = stage.run(true, env, &llama_args(model));
     let (e0, e1) = (text(&without.stderr), text(&with.stderr));
     let ctx = format!(
         "--- without {:?}\n{e0}\n--- with {:?}\n{e1}",
@@ -566,11 +556,58 @@ fn real_llama_cpp_faulting_in_its_model_upload_is_explained_on_6_4_3() {
         block.contains("GPU: node-1, gfx1010 (KFD topology)"),
         "node and gfx\n{ctx}"
     );
+    assert!(block.contains("non-coherent in this process"), "{ctx}");
+    (block, ctx)
+}
+
+/// Real llama.cpp whose first GPU work, the model upload (the runtime's own copy kernels:
+/// ggml has launched nothing yet), faults: explained (issue 35 item 1: there was no block
+/// at all), the run ending and reading as it does without rmcp.
+#[test]
+fn real_llama_cpp_faulting_in_its_model_upload_is_explained_on_6_4_3() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("sid", 6, &lib) else {
+        return;
+    };
+    let Some(model) = llama_staged(&stage) else {
+        return;
+    };
+    let (block, ctx) = llama_explained(&stage, &model, &["EMUGPU_FAULT=vm".to_string()]);
     assert!(
         block.contains("kernels: no launch went through rmcp in this process"),
         "{ctx}"
     );
-    assert!(block.contains("non-coherent in this process"), "{ctx}");
+}
+
+/// Real llama.cpp faulting in the middle of its run (the 61st kernel dispatch, past the
+/// upload, in ggml's own kernels): the block names the buffer ggml made, from the backend
+/// ggml dlopened, and ggml's kernels by name, launched through hipLaunchKernel.
+#[test]
+fn real_llama_cpp_faulting_in_its_kernels_names_them_on_6_4_3() {
+    let Some(lib) = emugpu_lib() else { return };
+    let Some(stage) = staged("sid", 6, &lib) else {
+        return;
+    };
+    let Some(model) = llama_staged(&stage) else {
+        return;
+    };
+    let env = [
+        "EMUGPU_FAULT=vm".to_string(),
+        "EMUGPU_FAULT_AFTER=60".to_string(),
+    ];
+    let (block, ctx) = llama_explained(&stage, &model, &env);
+    let ggml = "/usr/lib/x86_64-linux-gnu/ggml/backends0/libggml-hip.so";
+    assert!(
+        block.contains("  made by hip") && block.contains(&format!(" from {ggml}; ")),
+        "{ctx}"
+    );
+    assert!(block.contains("kernels launched last"), "{ctx}");
+    assert!(
+        block
+            .lines()
+            .any(|l| l.contains(&format!(" in {ggml} via hipLaunchKernel (thread "))),
+        "{ctx}"
+    );
 }
 
 /// The same llama.cpp run without a fault: the same tokens and the same messages with rmcp

@@ -1064,6 +1064,10 @@ static void complete(uint64_t sig)
  *                     dispatch never completes and the runtime hears nothing (a hang; said
  *                     once on stderr). gfx11's handler is not modelled: refused loudly.
  *
+ * EMUGPU_FAULT_AFTER=N (with EMUGPU_FAULT) lets N kernel dispatches complete first, so that
+ * a program that cannot call emugpu_fault (a real application) faults in the middle of its
+ * run: the (N+1)-th dispatch takes the fault. emugpu_fault() arms for the very next one.
+ *
  * Without @VA (va 0 from emugpu_fault), a vm / vm-read-only fault's address is the
  * dispatch's first kernel argument (the first 8 bytes of its kernarg segment). The fault
  * is written to the log as {"fault": KIND, ...}. The card is the fixture's, whatever ISA
@@ -1076,10 +1080,12 @@ static const char *const FAULT_NAMES[] = { "none", "vm", "vm-read-only", "vm-imp
 static struct {
 	int kind; /* F_*, taken by the packet processor */
 	uint64_t va; /* 0: the first kernel argument */
+	unsigned long after; /* dispatches to let complete before taking it */
 } armed;
 
-/* Arms KIND with VA; -1 (and a line on stderr) when KIND is unknown or takes no address. */
-static int arm(const char *kind, uint64_t va)
+/* Arms KIND with VA for the dispatch after the next AFTER ones; -1 (and a line on stderr)
+ * when KIND is unknown or takes no address. */
+static int arm(const char *kind, uint64_t va, unsigned long after)
 {
 	int k = -1;
 	for (int i = 0; i < (int)(sizeof FAULT_NAMES / sizeof *FAULT_NAMES); i++)
@@ -1093,11 +1099,12 @@ static int arm(const char *kind, uint64_t va)
 	pthread_mutex_lock(&S.lock);
 	armed.kind = k;
 	armed.va = va;
+	armed.after = after;
 	pthread_mutex_unlock(&S.lock);
 	struct out o;
 	o.n = 0;
-	put(&o, "{\"seq\":%lu,\"fault\":\"armed\",\"kind\":\"%s\",\"va\":\"0x%" PRIx64 "\"",
-	    __atomic_add_fetch(&S.seq, 1, __ATOMIC_RELAXED), FAULT_NAMES[k], va);
+	put(&o, "{\"seq\":%lu,\"fault\":\"armed\",\"kind\":\"%s\",\"va\":\"0x%" PRIx64 "\",\"after\":%lu",
+	    __atomic_add_fetch(&S.seq, 1, __ATOMIC_RELAXED), FAULT_NAMES[k], va, after);
 	emit(&o);
 	return 0;
 }
@@ -1121,14 +1128,22 @@ static void arm_from_env(void)
 		die("EMUGPU_FAULT=%s: expected KIND[@VA], VA a non-zero number", spec);
 	memcpy(kind, spec, n);
 	kind[n] = 0;
-	if (arm(kind, va))
+	unsigned long after = 0;
+	const char *a = getenv("EMUGPU_FAULT_AFTER");
+	if (a && *a) {
+		errno = 0;
+		after = strtoul(a, &end, 10);
+		if (errno || *end || *a == '-')
+			die("EMUGPU_FAULT_AFTER=%s: expected a number of dispatches", a);
+	}
+	if (arm(kind, va, after))
 		die("EMUGPU_FAULT=%s is not a fault this emulator injects", spec);
 }
 
 EXPORT int emugpu_fault(const char *kind, uint64_t va)
 {
 	init();
-	return arm(kind, va);
+	return arm(kind, va, 0);
 }
 
 /* The first kernel argument of a dispatch packet, read without trusting the pointer. */
@@ -1149,7 +1164,12 @@ static int take_fault(unsigned q, const uint8_t *pkt)
 	pthread_mutex_lock(&S.lock);
 	int kind = armed.kind;
 	uint64_t va = armed.va;
-	armed.kind = F_NONE;
+	if (kind != F_NONE && armed.after) {
+		armed.after--;
+		kind = F_NONE;
+	} else {
+		armed.kind = F_NONE;
+	}
 	pthread_mutex_unlock(&S.lock);
 	if (kind == F_NONE)
 		return 0;
