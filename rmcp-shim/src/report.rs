@@ -684,9 +684,17 @@ mod tests {
         assert_eq!(json["pid"], std::process::id());
         assert!(json["calls"]["hipHostMalloc"]["calls"].is_u64(), "{json}");
         let mut small = vec![0u8; 10];
-        assert_eq!(stats_json(&mut small), n);
-        assert_eq!(small[..], big[..10]);
-        assert_eq!(stats_json(&mut []), n);
+        // Other tests of this process record calls and faults while this one runs, and the
+        // report's length moves with them: each reading is compared with a whole report made
+        // just before it, until two agree (a report that never tells its length fails).
+        let mut agrees = |buf: &mut [u8]| {
+            (0..1000).any(|_| {
+                let whole = stats_json(&mut big);
+                stats_json(buf) == whole && buf[..] == big[..buf.len()]
+            })
+        };
+        assert!(agrees(&mut small), "a 10-byte buffer");
+        assert!(agrees(&mut []), "an empty buffer");
     }
 
     #[test]
