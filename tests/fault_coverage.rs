@@ -9,7 +9,6 @@
 //! HIP backend) on the 6.4.3 runtime, faulting in its model upload and running unfaulted.
 
 use rmcp_testkit::*;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -437,10 +436,12 @@ fn launches_through_hip_get_proc_address_are_named_on_7_2_4() {
 /// Real llama.cpp as users run it: Debian's llama.cpp-tools and its HIP backend
 /// (libggml0-backend-hip, which ggml loads with dlopen from its backends directory) in the
 /// sid root (tests/compat/run installs them), on the 6.4.3 runtime on the emulated gfx1010,
-/// with a tiny model (tests/llama/tiny_model.py) and every layer offloaded. Staged in `stage`
-/// with the model written there; None (a skip, a failure where prerequisites are required)
-/// when the root lacks llama.cpp.
-fn llama_staged(stage: &Staged) -> Option<String> {
+/// with a tiny model (tests/llama/tiny_model.py) and every layer offloaded: the sid root
+/// staged, with the model written there (its path inside); None (a skip, a failure where
+/// prerequisites are required) when the emulated GPU, the root or llama.cpp is missing.
+fn llama_staged() -> Option<(Staged, String)> {
+    let lib = emugpu_lib()?;
+    let stage = staged("sid", 6, &lib)?;
     for need in [
         "usr/bin/llama-completion",
         "usr/lib/x86_64-linux-gnu/ggml/backends0/libggml-hip.so",
@@ -457,7 +458,8 @@ fn llama_staged(stage: &Staged) -> Option<String> {
     let script = stage.put(&repo().join("tests/llama/tiny_model.py"));
     let (out, _) = stage.run(false, &[], &["python3", &script, "tiny.gguf"]);
     assert!(out.status.success(), "tiny_model.py: {out:?}");
-    Some(format!("{}/tiny.gguf", stage.inside))
+    let model = format!("{}/tiny.gguf", stage.inside);
+    Some((stage, model))
 }
 
 /// llama-completion with `model`: four tokens from a fixed prompt, greedy, fixed seed.
@@ -518,21 +520,10 @@ fn llama_explained(stage: &Staged, model: &str, env: &[String]) -> (String, Stri
     for log in [&log0, &log1] {
         assert!(log.contains("\"fault\":\"vm\""), "no fault\n{ctx}");
     }
-    assert_eq!(with.status.signal(), without.status.signal(), "{ctx}");
-    assert_eq!(with.status.code(), without.status.code(), "{ctx}");
-    assert_eq!(
-        masked(&text(&with.stdout)),
-        masked(&text(&without.stdout)),
-        "{ctx}"
-    );
     // The runtime's own message and ending, byte for byte after masking; its listing of the
     // blocks nearest the address is left out: which blocks lie nearest moves with the
     // address space's layout from run to run, with or without rmcp.
-    assert_eq!(
-        masked(&without_nearby(&runtime_part(&e1))),
-        masked(&without_nearby(&runtime_part(&e0))),
-        "{ctx}"
-    );
+    assert_same_ending_seen(&without, &with, &ctx, without_nearby);
     let lines: Vec<&str> = e1.lines().collect();
     let start = lines
         .iter()
@@ -565,11 +556,7 @@ fn llama_explained(stage: &Staged, model: &str, env: &[String]) -> (String, Stri
 /// at all), the run ending and reading as it does without rmcp.
 #[test]
 fn real_llama_cpp_faulting_in_its_model_upload_is_explained_on_6_4_3() {
-    let Some(lib) = emugpu_lib() else { return };
-    let Some(stage) = staged("sid", 6, &lib) else {
-        return;
-    };
-    let Some(model) = llama_staged(&stage) else {
+    let Some((stage, model)) = llama_staged() else {
         return;
     };
     let (block, ctx) = llama_explained(&stage, &model, &["EMUGPU_FAULT=vm".to_string()]);
@@ -584,11 +571,7 @@ fn real_llama_cpp_faulting_in_its_model_upload_is_explained_on_6_4_3() {
 /// ggml dlopened, and ggml's kernels by name, launched through hipLaunchKernel.
 #[test]
 fn real_llama_cpp_faulting_in_its_kernels_names_them_on_6_4_3() {
-    let Some(lib) = emugpu_lib() else { return };
-    let Some(stage) = staged("sid", 6, &lib) else {
-        return;
-    };
-    let Some(model) = llama_staged(&stage) else {
+    let Some((stage, model)) = llama_staged() else {
         return;
     };
     let env = [
@@ -615,11 +598,7 @@ fn real_llama_cpp_faulting_in_its_kernels_names_them_on_6_4_3() {
 /// ggml dlopened) made non-coherent.
 #[test]
 fn real_llama_cpp_runs_the_same_with_its_pinned_buffers_rewritten_on_6_4_3() {
-    let Some(lib) = emugpu_lib() else { return };
-    let Some(stage) = staged("sid", 6, &lib) else {
-        return;
-    };
-    let Some(model) = llama_staged(&stage) else {
+    let Some((stage, model)) = llama_staged() else {
         return;
     };
     let (without, _) = stage.run(false, &[], &llama_args(&model));

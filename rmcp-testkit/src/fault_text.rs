@@ -47,6 +47,18 @@ pub fn runtime_part(stderr: &str) -> String {
 /// the same runtime part of stderr, after masking (`ctx` in each message).
 #[track_caller]
 pub fn assert_same_ending(without: &Output, with: &Output, ctx: &str) {
+    assert_same_ending_seen(without, with, ctx, str::to_string);
+}
+
+/// [`assert_same_ending`], the runtime's part of stderr compared as `view` shows it (a view
+/// that leaves out what moves from run to run with or without rmcp).
+#[track_caller]
+pub fn assert_same_ending_seen(
+    without: &Output,
+    with: &Output,
+    ctx: &str,
+    view: impl Fn(&str) -> String,
+) {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     assert_eq!(with.status.signal(), without.status.signal(), "{ctx}");
     assert_eq!(with.status.code(), without.status.code(), "{ctx}");
@@ -56,8 +68,8 @@ pub fn assert_same_ending(without: &Output, with: &Output, ctx: &str) {
         "{ctx}"
     );
     assert_eq!(
-        masked(&runtime_part(&text(&with.stderr))),
-        masked(&runtime_part(&text(&without.stderr))),
+        masked(&view(&runtime_part(&text(&with.stderr)))),
+        masked(&view(&runtime_part(&text(&without.stderr)))),
         "{ctx}"
     );
 }
