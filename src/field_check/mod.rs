@@ -631,19 +631,16 @@ fn no_kernels(json_out: bool) -> u8 {
                when it was built). Install the rmcp-rdna wheel, which carries it, or install \
                hipcc (Debian/Ubuntu: apt-get install hipcc; or HIPCC=/opt/rocm/bin/hipcc) and \
                rebuild: touch build.rs && cargo build --release";
-    if json_out {
-        println!(
-            "{}",
-            json!({ "verdict": Value::Null, "exit_status": EXIT_NO_GPU, "error": msg })
-        );
-    }
-    eprintln!("rmcp check: {msg}");
-    EXIT_NO_GPU
+    refuse(msg, EXIT_NO_GPU, json_out)
 }
 
 /// Says that an option names a file rmcp cannot use; exit status 2 (`input::EXIT_USAGE`).
 fn usage_error(msg: &str, json_out: bool) -> u8 {
-    let status = crate::input::EXIT_USAGE;
+    refuse(msg, crate::input::EXIT_USAGE, json_out)
+}
+
+/// Says why no check ran, on stderr and (with `--json`) as the JSON answer; `status`.
+fn refuse(msg: &str, status: u8, json_out: bool) -> u8 {
     if json_out {
         println!(
             "{}",
@@ -654,7 +651,6 @@ fn usage_error(msg: &str, json_out: bool) -> u8 {
     status
 }
 
-/// Runs `rmcp check`; returns its exit status.
 pub fn main(args: CheckArgs) -> u8 {
     if args.measure {
         return measure::main(args.runtime.as_deref());
