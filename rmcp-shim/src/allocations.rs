@@ -77,17 +77,10 @@ pub(crate) struct Record {
 }
 
 /// Records a successful allocation at `base` (what the runtime wrote to the caller's
-/// out-pointer), in the calling thread's ring.
-#[cfg_attr(not(test), allow(dead_code))] // hooks call record_in with the slot they hold
-#[inline(always)]
-pub(crate) fn record(
-    hook: Hook,
-    base: usize,
-    size: usize,
-    caller: usize,
-    asked: u32,
-    fw: Option<Forward>,
-) {
+/// out-pointer), in the calling thread's ring. For tests: hooks call [`record_in`] with the
+/// slot they hold.
+#[cfg(test)]
+fn record(hook: Hook, base: usize, size: usize, caller: usize, asked: u32, fw: Option<Forward>) {
     record_in(
         crate::thread::with(crate::stats::slot),
         hook,
