@@ -311,6 +311,40 @@ impl Hip {
             Err(format!("{what}: {}", self.err_str(e)))
         }
     }
+
+    /// Launches `function` on `grid` blocks of `block` threads (one dimension) on the null
+    /// stream and waits for it.
+    ///
+    /// # Safety
+    /// `function` is a kernel of this runtime's modules; `args` holds pointers to its
+    /// parameters' values, in order, as hipModuleLaunchKernel takes them.
+    unsafe fn launch_1d(
+        &self,
+        function: *mut c_void,
+        grid: c_uint,
+        block: c_uint,
+        args: &mut [*mut c_void],
+    ) -> Result<(), String> {
+        // SAFETY: per this function's contract; no shared memory, no stream, no extra.
+        let rc = unsafe {
+            (self.module_launch_kernel)(
+                function,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        self.check(rc, "hipModuleLaunchKernel")?;
+        // SAFETY: no arguments.
+        self.check(unsafe { (self.device_synchronize)() }, "kernel")
+    }
 }
 
 /// dlopen(name, RTLD_NOW | RTLD_LOCAL).
@@ -428,23 +462,7 @@ fn run_buffer(
                 (&raw mut bufs[1]).cast::<c_void>(),
                 (&raw mut bufs[2]).cast::<c_void>(),
             ];
-            hip.check(
-                (hip.module_launch_kernel)(
-                    function,
-                    (BUF_N as u32).div_ceil(BLOCK),
-                    1,
-                    1,
-                    BLOCK,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "hipModuleLaunchKernel",
-            )?;
-            hip.check((hip.device_synchronize)(), "kernel")?;
+            hip.launch_1d(function, (BUF_N as u32).div_ceil(BLOCK), BLOCK, &mut args)?;
             hip.check(
                 (hip.memcpy)(out_host.as_mut_ptr().cast(), bufs[1], bytes, DEVICE_TO_HOST),
                 "hipMemcpy",
@@ -536,23 +554,7 @@ fn run_op(
                 (&raw mut dev).cast::<c_void>(),
                 (&raw mut wins).cast::<c_void>(),
             ];
-            hip.check(
-                (hip.module_launch_kernel)(
-                    function,
-                    GRID,
-                    1,
-                    1,
-                    BLOCK,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "hipModuleLaunchKernel",
-            )?;
-            hip.check((hip.device_synchronize)(), "kernel")?;
+            hip.launch_1d(function, GRID, BLOCK, &mut args)?;
             if host_placement {
                 std::ptr::copy_nonoverlapping(host.cast::<u32>(), got.as_mut_ptr(), SLOTS);
             } else {
