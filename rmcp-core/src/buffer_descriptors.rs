@@ -57,16 +57,14 @@
 //! a read past the slice). The fuzz target `fuzz/fuzz_targets/buffer_descriptors.rs` checks
 //! that, and that [`fix_image`] changes only the literals.
 
-pub mod gfx10;
 pub mod write;
 
 use std::collections::BTreeMap;
 
-use crate::code_objects::{
-    self as co, BUNDLE_MAGIC, COMPRESSED_MAGIC, EntryKind, Partial, SectionHeader,
-};
+pub use crate::code_objects::amdgpu::ImageError as ScanError;
+use crate::code_objects::{self as co, BUNDLE_MAGIC, COMPRESSED_MAGIC, Partial, amdgpu};
 use crate::gfx::Gfx;
-use gfx10::{Effect, SGPRS, Undecodable};
+use crate::gfx10::{self, Effect, SGPRS, Undecodable};
 
 /// One buffer resource descriptor literal found broken.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,27 +110,6 @@ pub struct ImageScan {
     pub objects: Vec<CodeObjectScan>,
     /// Compressed offload bundles (not scanned).
     pub compressed_skipped: usize,
-}
-
-/// Why an image was not scanned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScanError {
-    /// Neither an AMDGPU ELF nor an offload bundle.
-    NotAnImage,
-    /// Its own headers point past its end.
-    Truncated,
-    /// Its headers are inconsistent.
-    Malformed(&'static str),
-}
-
-impl std::fmt::Display for ScanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ScanError::NotAnImage => f.write_str("not an AMDGPU code object or offload bundle"),
-            ScanError::Truncated => f.write_str("truncated"),
-            ScanError::Malformed(s) => write!(f, "malformed: {s}"),
-        }
-    }
 }
 
 /// RESOURCE_LEVEL, word 3 bit 24: "reserved, must be 1" on RDNA.
@@ -198,10 +175,8 @@ impl ImageScan {
 }
 
 fn rdna1_target(target: &str) -> bool {
-    let id = target.rsplit("--").next().unwrap_or("");
-    let processor = id.split(':').next().unwrap_or("");
     matches!(
-        processor,
+        amdgpu::processor(target),
         "gfx1010" | "gfx1011" | "gfx1012" | "gfx1013" | "gfx10-1-generic"
     )
 }
@@ -210,141 +185,20 @@ fn rdna1_target(target: &str) -> bool {
 // Images
 // ---------------------------------------------------------------------------------------
 
-const EM_AMDGPU: u16 = 224;
-const SHT_SYMTAB: u32 = 2;
-const SHT_NOBITS: u32 = 8;
-const SHF_EXECINSTR: u64 = 4;
-const STT_FUNC: u8 = 2;
-/// Symbols read at most per object.
-const MAX_SYMBOLS: usize = 1 << 20;
-
 /// Scans an image as `hipModuleLoadData` receives it: a bare AMDGPU ELF or an
 /// (uncompressed) clang offload bundle; compressed bundles are counted, not scanned.
 pub fn scan_image(image: &[u8]) -> Result<ImageScan, ScanError> {
-    if image.starts_with(b"\x7fELF") {
-        let obj = scan_elf(image, 0, image.len(), None)?;
-        return Ok(ImageScan {
-            objects: vec![obj],
-            compressed_skipped: 0,
-        });
-    }
-    if image.starts_with(COMPRESSED_MAGIC) {
-        return Ok(ImageScan {
-            objects: Vec::new(),
-            compressed_skipped: 1,
-        });
-    }
-    if !image.starts_with(BUNDLE_MAGIC) {
-        return Err(ScanError::NotAnImage);
-    }
-    let entries = match co::parse_bundle_header(image) {
-        Ok(Partial::Complete(e)) => e,
-        Ok(Partial::NeedBytes(_)) => return Err(ScanError::Truncated),
-        Err(_) => return Err(ScanError::Malformed("offload bundle entry table")),
+    let (places, compressed_skipped) = amdgpu::places(image)?;
+    let mut scan = ImageScan {
+        objects: Vec::new(),
+        compressed_skipped,
     };
-    let mut scan = ImageScan::default();
-    for e in entries {
-        let EntryKind::Device(_) = co::entry_kind(&e.id) else {
-            continue;
-        };
-        let (Ok(at), Ok(len)) = (usize::try_from(e.offset), usize::try_from(e.size)) else {
-            return Err(ScanError::Truncated);
-        };
-        if at.checked_add(len).is_none_or(|end| end > image.len()) {
-            return Err(ScanError::Truncated);
-        }
-        let target = e.id.split_once('-').map(|(_, t)| t).unwrap_or(&e.id);
+    for p in places {
+        let elf = &image[p.at..p.at + p.len];
         scan.objects
-            .push(scan_elf(&image[at..at + len], at, len, Some(target))?);
+            .push(scan_elf(elf, p.at, p.len, p.bundle_target.as_deref())?);
     }
     Ok(scan)
-}
-
-/// The processor an `EF_AMDGPU_MACH` value names (LLVM `llvm/include/llvm/BinaryFormat/ELF.h`).
-fn mach_name(mach: u32) -> Option<&'static str> {
-    Some(match mach {
-        0x020 => "gfx600",
-        0x021 => "gfx601",
-        0x022 => "gfx700",
-        0x023 => "gfx701",
-        0x024 => "gfx702",
-        0x025 => "gfx703",
-        0x026 => "gfx704",
-        0x028 => "gfx801",
-        0x029 => "gfx802",
-        0x02a => "gfx803",
-        0x02b => "gfx810",
-        0x02c => "gfx900",
-        0x02d => "gfx902",
-        0x02e => "gfx904",
-        0x02f => "gfx906",
-        0x030 => "gfx908",
-        0x031 => "gfx909",
-        0x032 => "gfx90c",
-        0x033 => "gfx1010",
-        0x034 => "gfx1011",
-        0x035 => "gfx1012",
-        0x036 => "gfx1030",
-        0x037 => "gfx1031",
-        0x038 => "gfx1032",
-        0x039 => "gfx1033",
-        0x03a => "gfx602",
-        0x03b => "gfx705",
-        0x03c => "gfx805",
-        0x03d => "gfx1035",
-        0x03e => "gfx1034",
-        0x03f => "gfx90a",
-        0x040 => "gfx940",
-        0x041 => "gfx1100",
-        0x042 => "gfx1013",
-        0x043 => "gfx1150",
-        0x044 => "gfx1103",
-        0x045 => "gfx1036",
-        0x046 => "gfx1101",
-        0x047 => "gfx1102",
-        0x048 => "gfx1200",
-        0x04a => "gfx1151",
-        0x04b => "gfx941",
-        0x04c => "gfx942",
-        0x04e => "gfx1201",
-        0x04f => "gfx950",
-        0x051 => "gfx9-generic",
-        0x052 => "gfx10-1-generic",
-        0x053 => "gfx10-3-generic",
-        0x054 => "gfx11-generic",
-        0x055 => "gfx1152",
-        0x058 => "gfx1153",
-        0x059 => "gfx12-generic",
-        0x05f => "gfx9-4-generic",
-        _ => return None,
-    })
-}
-
-/// The target from an AMDGPU ELF header's `e_flags` (code object v4+ feature bits).
-fn header_target(flags: u32) -> String {
-    let mut t = String::from("amdgcn-amd-amdhsa--");
-    match mach_name(flags & 0xff) {
-        Some(name) => t.push_str(name),
-        None => t.push_str(&format!("unknown-mach-{:#x}", flags & 0xff)),
-    }
-    match flags & 0xc00 {
-        0x800 => t.push_str(":sramecc-"),
-        0xc00 => t.push_str(":sramecc+"),
-        _ => {}
-    }
-    match flags & 0x300 {
-        0x200 => t.push_str(":xnack-"),
-        0x300 => t.push_str(":xnack+"),
-        _ => {}
-    }
-    t
-}
-
-fn truncated_or(e: co::Error, what: &'static str) -> ScanError {
-    match e {
-        co::Error::Corrupt(s) if s.contains("truncated") => ScanError::Truncated,
-        _ => ScanError::Malformed(what),
-    }
 }
 
 /// One AMDGPU ELF, `elf` being the image's bytes `at .. at + len`.
@@ -354,49 +208,11 @@ fn scan_elf(
     len: usize,
     bundle_target: Option<&str>,
 ) -> Result<CodeObjectScan, ScanError> {
-    if elf.len() < 64 {
-        return Err(if elf.starts_with(b"\x7fELF") {
-            ScanError::Truncated
-        } else {
-            ScanError::NotAnImage
-        });
-    }
-    if &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
-        return Err(ScanError::NotAnImage);
-    }
-    let machine = u16::from_le_bytes([elf[0x12], elf[0x13]]);
-    if machine != EM_AMDGPU {
-        return Err(ScanError::NotAnImage);
-    }
-    let flags = u32::from_le_bytes([elf[0x30], elf[0x31], elf[0x32], elf[0x33]]);
-    let header = header_target(flags);
-    let target = bundle_target.map(str::to_string).unwrap_or(header.clone());
-    let gfx = mach_name(flags & 0xff).and_then(|n| {
-        if n.ends_with("-generic") {
-            None
-        } else {
-            Gfx::parse(n)
-        }
-    });
-    let headers = co::section_headers(elf)
-        .map_err(|e| truncated_or(e, "ELF section headers"))?
-        .unwrap_or_default();
-    for h in &headers {
-        if h.kind != SHT_NOBITS
-            && h.size > 0
-            && h.offset
-                .checked_add(h.size)
-                .is_none_or(|e| e > elf.len() as u64)
-        {
-            return Err(ScanError::Truncated);
-        }
-    }
-    let symbols = symbols(elf, &headers);
-    let kernels = symbols.iter().filter(|s| s.name.ends_with(".kd")).count();
+    let object = amdgpu::object(elf, bundle_target)?;
     let mut obj = CodeObjectScan {
-        target,
-        gfx,
-        kernels,
+        target: object.target,
+        gfx: object.gfx,
+        kernels: object.kernels,
         findings: Vec::new(),
         undecodable: None,
         buffer_instructions: 0,
@@ -406,50 +222,19 @@ fn scan_elf(
     };
     // Both the bundle's and the header's word must say RDNA1 (a bundle ID that names
     // another target than the object inside is not trusted).
-    if !(rdna1_target(&obj.target) && rdna1_target(&header)) {
+    if !(rdna1_target(&obj.target) && rdna1_target(&object.header_target)) {
         return Ok(obj);
     }
-    // The code to walk: each function symbol in an executable section, else each
-    // executable section whole. Ranges are file offsets within `elf`.
-    let mut ranges: Vec<(usize, usize, Option<String>)> = Vec::new();
-    for s in &symbols {
-        if s.kind != STT_FUNC || s.size == 0 {
-            continue;
-        }
-        let Some(h) = headers.get(s.shndx as usize) else {
-            continue;
-        };
-        if h.flags & SHF_EXECINSTR == 0 || h.kind == SHT_NOBITS {
-            continue;
-        }
-        let Some(rel) = s.value.checked_sub(h.addr) else {
-            continue;
-        };
-        if rel.checked_add(s.size).is_none_or(|e| e > h.size) {
-            continue;
-        }
-        let start = (h.offset + rel) as usize;
-        ranges.push((start, start + s.size as usize, Some(s.name.clone())));
-    }
-    if ranges.is_empty() {
-        for h in &headers {
-            if h.flags & SHF_EXECINSTR != 0 && h.kind != SHT_NOBITS && h.size > 0 {
-                ranges.push((h.offset as usize, (h.offset + h.size) as usize, None));
-            }
-        }
-    }
-    ranges.sort();
-    ranges.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
     let mut findings: BTreeMap<usize, Finding> = BTreeMap::new();
-    for (start, end, name) in &ranges {
-        let code = &elf[*start..*end];
-        match scan_code(code) {
+    for func in &object.functions {
+        let start = func.start;
+        match scan_code(&elf[func.start..func.end]) {
             Ok(found) => {
                 obj.buffer_instructions += found.buffers;
                 obj.literal_word3 += found.literal_word3;
                 for (lit, buf, word3) in found.broken {
                     let f = findings.entry(at + start + lit).or_insert_with(|| Finding {
-                        kernel: name.clone(),
+                        kernel: func.name.clone(),
                         literal_at: at + start + lit,
                         buffer_at: Vec::new(),
                         word3,
@@ -472,57 +257,6 @@ fn scan_elf(
         })
         .collect();
     Ok(obj)
-}
-
-struct Symbol {
-    name: String,
-    kind: u8,
-    shndx: u16,
-    value: u64,
-    size: u64,
-}
-
-/// The symbols of every SYMTAB section (names from its linked string table).
-fn symbols(elf: &[u8], headers: &[SectionHeader]) -> Vec<Symbol> {
-    let mut out = Vec::new();
-    for h in headers.iter().filter(|h| h.kind == SHT_SYMTAB) {
-        let Some(table) = slice(elf, h.offset, h.size) else {
-            continue;
-        };
-        let strtab = headers
-            .get(h.link as usize)
-            .and_then(|s| slice(elf, s.offset, s.size))
-            .unwrap_or(&[]);
-        for sym in table.chunks_exact(24).take(MAX_SYMBOLS) {
-            let name_off = u32::from_le_bytes([sym[0], sym[1], sym[2], sym[3]]) as usize;
-            let name = strtab
-                .get(name_off..)
-                .map(|rest| {
-                    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-                    String::from_utf8_lossy(&rest[..end]).into_owned()
-                })
-                .unwrap_or_default();
-            let mut v = [0u8; 8];
-            v.copy_from_slice(&sym[8..16]);
-            let value = u64::from_le_bytes(v);
-            v.copy_from_slice(&sym[16..24]);
-            let size = u64::from_le_bytes(v);
-            out.push(Symbol {
-                name,
-                kind: sym[4] & 0xf,
-                shndx: u16::from_le_bytes([sym[6], sym[7]]),
-                value,
-                size,
-            });
-        }
-    }
-    out
-}
-
-fn slice(b: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
-    let start = usize::try_from(offset).ok()?;
-    let end = start.checked_add(usize::try_from(size).ok()?)?;
-    b.get(start..end)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -860,7 +594,7 @@ fn elf_len(read: &mut dyn FnMut(usize, &mut [u8]) -> bool) -> Option<usize> {
         len = len.max(shoff.checked_add(bytes)?);
         for h in table.chunks_exact(64) {
             let kind = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
-            if kind != SHT_NOBITS && kind != 0 {
+            if kind != amdgpu::SHT_NOBITS && kind != 0 {
                 len = len.max(u64_at(h, 24).checked_add(u64_at(h, 32))?);
             }
         }

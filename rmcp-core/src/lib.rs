@@ -26,6 +26,8 @@ pub mod code_objects;
 pub mod config;
 pub mod fault;
 pub mod gfx;
+pub mod gfx10;
+pub mod gfx101x;
 pub mod module_load;
 pub mod policy;
 pub mod quirks;
