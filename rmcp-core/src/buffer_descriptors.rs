@@ -64,7 +64,7 @@ use std::collections::BTreeMap;
 pub use crate::code_objects::amdgpu::ImageError as ScanError;
 use crate::code_objects::{self as co, BUNDLE_MAGIC, COMPRESSED_MAGIC, Partial, amdgpu};
 use crate::gfx::Gfx;
-use crate::gfx10::{self, Effect, SGPRS, Undecodable};
+use crate::gfx10::{self, Control, Format, Insn, SGPRS, Sregs, Undecodable};
 
 /// One buffer resource descriptor literal found broken.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -263,6 +263,92 @@ fn scan_elf(
 // The data-flow
 // ---------------------------------------------------------------------------------------
 
+/// What one instruction does, as far as the data-flow cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    /// Nothing tracked.
+    None,
+    /// `s_mov_b32 s<dst>, <literal>`; the literal is the instruction's second dword.
+    MovLiteral {
+        dst: u8,
+        literal: u32,
+    },
+    /// `s_mov_b32` / `s_mov_b64` from SGPRs: `count` registers copied from `src` to `dst`.
+    Copy {
+        dst: u8,
+        src: u8,
+        count: u8,
+    },
+    /// May write these SGPRs.
+    Writes(Sregs),
+    /// May write any SGPR (relative moves, calls).
+    WritesAll,
+    /// A MUBUF or MTBUF instruction reading its resource from SGPRs `srsrc .. srsrc + 3`.
+    Buffer {
+        srsrc: u8,
+    },
+    /// A branch to byte offset `target` (relative to the instruction).
+    Branch {
+        target: i64,
+        conditional: bool,
+    },
+    Call,
+    Stop,
+}
+
+/// The effect of `insn` (decoded wave64, so that every lane mask write counts).
+fn effect(insn: &Insn) -> Effect {
+    match insn.control {
+        Control::Branch {
+            target,
+            conditional,
+        } => {
+            return Effect::Branch {
+                target,
+                conditional,
+            };
+        }
+        Control::Call => return Effect::Call,
+        Control::Stop => return Effect::Stop,
+        Control::Next => {}
+    }
+    let sgpr = |s: Sregs| s.first().filter(|&r| (r as usize) < SGPRS);
+    match (insn.format, insn.opcode) {
+        // s_mov_b32
+        (Format::Sop1, 0x03) => match (sgpr(insn.swrites), insn.literal) {
+            (Some(dst), Some(literal)) => return Effect::MovLiteral { dst, literal },
+            (Some(dst), None) => {
+                if let Some(src) = sgpr(insn.sreads) {
+                    return Effect::Copy { dst, src, count: 1 };
+                }
+            }
+            _ => {}
+        },
+        // s_mov_b64
+        (Format::Sop1, 0x04) => {
+            if let (Some(dst), Some(src)) = (sgpr(insn.swrites), sgpr(insn.sreads)) {
+                if (dst as usize) + 1 < SGPRS && (src as usize) + 1 < SGPRS {
+                    return Effect::Copy { dst, src, count: 2 };
+                }
+            }
+        }
+        // s_movreld_b32/_b64, s_movrelsd_2_b32: destination relative to M0.
+        (Format::Sop1, 0x30 | 0x31 | 0x49) => return Effect::WritesAll,
+        (Format::Mubuf | Format::Mtbuf, _) => {
+            if let Some(srsrc) = insn.srsrc {
+                return Effect::Buffer { srsrc };
+            }
+        }
+        _ => {}
+    }
+    let w = insn.all_swrites();
+    if w.is_empty() {
+        Effect::None
+    } else {
+        Effect::Writes(w)
+    }
+}
+
 /// A tracked SGPR: unknown, or a literal's value and where (offset in the code) it is.
 type Reg = Option<(u32, usize)>;
 type State = [Reg; SGPRS];
@@ -282,12 +368,12 @@ struct CodeScan {
 /// size.
 fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
     // Decode linearly.
-    let mut insns: Vec<(usize, gfx10::Insn)> = Vec::new();
+    let mut insns: Vec<(usize, Effect)> = Vec::new();
     let mut at = 0;
     while at < code.len() {
-        match gfx10::decode(code, at) {
+        match gfx10::decode_wave(code, at, true) {
             Ok(i) => {
-                insns.push((at, i));
+                insns.push((at, effect(&i)));
                 at += i.len;
             }
             Err(Undecodable::Encoding | Undecodable::Truncated) => return Err(at),
@@ -301,7 +387,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
     let mut leader = vec![false; insns.len()];
     leader[0] = true;
     for (i, (at, insn)) in insns.iter().enumerate() {
-        match insn.effect {
+        match insn {
             Effect::Branch { target, .. } => {
                 let t = *at as i64 + target;
                 if t >= 0 && (t as usize) < code.len() {
@@ -336,7 +422,7 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
     // call's return (a call's effect is applied as its own transfer).
     for b in 0..blocks {
         let first = starts[b];
-        let after_stop = first > 0 && matches!(insns[first - 1].1.effect, Effect::Stop);
+        let after_stop = first > 0 && matches!(insns[first - 1].1, Effect::Stop);
         if b == 0 || after_stop {
             input[b] = Some(Box::new([None; SGPRS]));
             work.push(b);
@@ -355,11 +441,11 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
             continue;
         };
         for (at, insn) in &insns[starts[b]..end_of(b)] {
-            transfer(&mut state, *at, insn.effect);
+            transfer(&mut state, *at, *insn);
         }
         let (last_at, last) = insns[end_of(b) - 1];
         let mut succ: [Option<usize>; 2] = [None, None];
-        match last.effect {
+        match last {
             Effect::Branch {
                 target,
                 conditional,
@@ -400,16 +486,16 @@ fn scan_code(code: &[u8]) -> Result<CodeScan, usize> {
             continue;
         };
         for (at, insn) in &insns[starts[b]..end_of(b)] {
-            if let Effect::Buffer { srsrc } = insn.effect {
+            if let Effect::Buffer { srsrc } = insn {
                 found.buffers += 1;
-                if let Some(Some((value, lit))) = state.get(srsrc as usize + 3) {
+                if let Some(Some((value, lit))) = state.get(*srsrc as usize + 3) {
                     found.literal_word3 += 1;
                     if is_broken_word3(*value) {
                         found.broken.push((*lit, *at, *value));
                     }
                 }
             }
-            transfer(&mut state, *at, insn.effect);
+            transfer(&mut state, *at, *insn);
         }
     }
     Ok(found)
@@ -433,11 +519,11 @@ fn transfer(state: &mut State, at: usize, effect: Effect) {
                 }
             }
         }
-        Effect::Writes { first, count } => {
-            let lo = (first as usize).min(SGPRS);
-            let hi = (first as usize + count as usize).min(SGPRS);
-            for r in &mut state[lo..hi] {
-                *r = None;
+        Effect::Writes(regs) => {
+            for (r, slot) in state.iter_mut().enumerate() {
+                if regs.contains(r as u8) {
+                    *slot = None;
+                }
             }
         }
         Effect::WritesAll | Effect::Call => *state = [None; SGPRS],

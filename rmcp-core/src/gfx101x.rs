@@ -30,7 +30,7 @@
 
 use crate::code_objects::amdgpu::{self, ImageError};
 use crate::gfx::Gfx;
-use crate::gfx10;
+use crate::gfx10::{self, Card, Control, Format, Insn, Sregs};
 
 /// The twelve gfx101x hardware bugs gfx1030 does not have (LLVM `AMDGPU.td`,
 /// `FeatureISAVersion10_1_Common` against `FeatureISAVersion10_3_0`).
@@ -164,27 +164,386 @@ pub struct CodeSites {
 
 /// Scans one function's code as `card` (gfx1010-gfx1013) would run it. `wave64` and
 /// `wgp_mode` are the kernel descriptor's (wave32 and WGP mode when unknown: what HIP
-/// builds for gfx10).
+/// builds for gfx10, and the mode in which the LDS bug strikes).
 pub fn scan_code(code: &[u8], card: Gfx, wave64: bool, wgp_mode: bool) -> CodeSites {
-    let _ = (card, wave64, wgp_mode);
-    let mut out = CodeSites::default();
+    let mut insns: Vec<(usize, Insn)> = Vec::new();
     let mut at = 0;
     while at < code.len() {
-        match gfx10::decode(code, at) {
+        match gfx10::decode_wave(code, at, wave64) {
             Ok(i) => {
-                out.instructions += 1;
+                insns.push((at, i));
                 at += i.len;
             }
-            Err(_) => {
-                return CodeSites {
-                    undecodable: Some(at),
-                    instructions: out.instructions,
-                    ..CodeSites::default()
-                };
+            Err(_) => return undecodable(at, insns.len()),
+        }
+    }
+    if insns.is_empty() {
+        return CodeSites::default();
+    }
+    let Some(cfg) = Cfg::new(code.len(), &insns) else {
+        // A branch into the middle of an instruction: what runs is not what was decoded.
+        let at = insns
+            .iter()
+            .find(|(a, i)| cfg_target(*a, i).is_some_and(|t| !starts_insn(&insns, t)))
+            .map_or(0, |(a, _)| *a);
+        return undecodable(at, insns.len());
+    };
+    let mut out = CodeSites {
+        instructions: insns.len(),
+        ..CodeSites::default()
+    };
+    hazards(&insns, &cfg, &mut out.sites);
+    local_sites(&insns, wgp_mode, &mut out.sites);
+    out.sites.sort_by_key(|s| (s.at, s.bug));
+    out.sites.dedup();
+    otherwise(&insns, card, &mut out.otherwise);
+    out
+}
+
+fn undecodable(at: usize, instructions: usize) -> CodeSites {
+    CodeSites {
+        undecodable: Some(at),
+        instructions,
+        ..CodeSites::default()
+    }
+}
+
+/// A branch's target (byte offset in the code), if it is a branch with one inside it.
+fn cfg_target(at: usize, insn: &Insn) -> Option<usize> {
+    match insn.control {
+        Control::Branch { target, .. } => {
+            let t = at as i64 + target;
+            (t >= 0).then_some(t as usize)
+        }
+        _ => None,
+    }
+}
+
+fn starts_insn(insns: &[(usize, Insn)], at: usize) -> bool {
+    at >= insns.last().map_or(0, |(a, i)| a + i.len)
+        || insns.binary_search_by_key(&at, |(a, _)| *a).is_ok()
+}
+
+/// The basic blocks of a function and their predecessors' successors (a light
+/// control-flow graph from branch targets: what LLVM's hazard search follows backwards
+/// across blocks).
+struct Cfg {
+    /// First instruction index of each block (ascending), and one past the last.
+    starts: Vec<usize>,
+    /// Successor blocks of each block.
+    succ: Vec<[Option<usize>; 2]>,
+}
+
+impl Cfg {
+    fn new(len: usize, insns: &[(usize, Insn)]) -> Option<Cfg> {
+        let index_of = |off: usize| insns.binary_search_by_key(&off, |(a, _)| *a).ok();
+        let mut leader = vec![false; insns.len() + 1];
+        leader[0] = true;
+        leader[insns.len()] = true;
+        for (i, (at, insn)) in insns.iter().enumerate() {
+            if let Some(t) = cfg_target(*at, insn) {
+                if t < len {
+                    leader[index_of(t)?] = true;
+                }
+            }
+            if insn.control != Control::Next {
+                leader[i + 1] = true;
+            }
+        }
+        let starts: Vec<usize> = (0..=insns.len()).filter(|&i| leader[i]).collect();
+        let blocks = starts.len() - 1;
+        let block_of = |i: usize| starts.binary_search(&i).ok();
+        let mut succ = vec![[None, None]; blocks];
+        for (b, s) in succ.iter_mut().enumerate() {
+            let (last_at, last) = &insns[starts[b + 1] - 1];
+            let fall = (b + 1 < blocks).then_some(b + 1);
+            *s = match last.control {
+                Control::Branch { conditional, .. } => {
+                    let t = cfg_target(*last_at, last)
+                        .filter(|&t| t < len)
+                        .and_then(index_of)
+                        .and_then(block_of);
+                    [t, if conditional { fall } else { None }]
+                }
+                Control::Stop => [None, None],
+                Control::Next | Control::Call => [fall, None],
+            };
+        }
+        Some(Cfg { starts, succ })
+    }
+    fn blocks(&self) -> usize {
+        self.succ.len()
+    }
+}
+
+/// What the hazard rules carry forward along every path: for each rule, whether the
+/// instruction that starts a hazard has been met with nothing since that ends it (LLVM's
+/// `getWaitStatesSince` asks the same question backwards from the instruction at risk:
+/// is there a path back to a hazard with no expiring instruction in between). Merged
+/// where paths meet by union.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Pending {
+    /// VMEM/DS/FLAT operands not yet covered by a VALU, `s_waitcnt 0` or
+    /// `s_waitcnt_depctr 0xffe3`.
+    vmem_reads: Sregs,
+    /// SMEM operands not yet covered by a SALU or an LGKM wait of 0.
+    smem_reads: Sregs,
+    /// A non-VALU read of EXEC not yet covered by a VALU writing an SGPR or
+    /// `s_waitcnt_depctr 0xfffe`.
+    exec_read: bool,
+    /// A compare not yet followed by another VALU (other than `v_nop`).
+    compare: bool,
+    /// An LDS (`lds`) or VMEM/GLOBAL/SCRATCH (`vmem`) access that is the latest of the
+    /// two kinds and of `s_waitcnt_vscnt null, 0`.
+    lds: bool,
+    vmem: bool,
+    /// A branch passed since the last LDS/VMEM access or vscnt wait, that had an LDS
+    /// access (`branch_after_lds`) or a VMEM one (`branch_after_vmem`) pending before it.
+    branch_after_lds: bool,
+    branch_after_vmem: bool,
+    /// The previous instruction was an NSA image instruction of 16 bytes or more.
+    nsa16: bool,
+}
+
+impl Pending {
+    fn union(self, o: Pending) -> Pending {
+        Pending {
+            vmem_reads: self.vmem_reads.union(o.vmem_reads),
+            smem_reads: self.smem_reads.union(o.smem_reads),
+            exec_read: self.exec_read | o.exec_read,
+            compare: self.compare | o.compare,
+            lds: self.lds | o.lds,
+            vmem: self.vmem | o.vmem,
+            branch_after_lds: self.branch_after_lds | o.branch_after_lds,
+            branch_after_vmem: self.branch_after_vmem | o.branch_after_vmem,
+            nsa16: self.nsa16 | o.nsa16,
+        }
+    }
+}
+
+/// LDS (1) or VMEM and segment-specific FLAT (2) for the LDS/branch/VMEM rule; 0 else.
+fn lds_vmem_kind(i: &Insn) -> u8 {
+    match i.format {
+        Format::Ds => 1,
+        Format::Mubuf | Format::Mtbuf | Format::Mimg | Format::Global | Format::Scratch => 2,
+        _ => 0,
+    }
+}
+
+fn is_vscnt_null_zero(i: &Insn) -> bool {
+    matches!(i.waitcnt_k(), Some((0, true, 0)))
+}
+
+/// Whether `i`, a SALU, ends the SMEM-to-vector-write hazard (LLVM: any SALU but SOPP and
+/// the waits on other counters; an LGKM wait only when it waits for 0).
+fn ends_smem_hazard(i: &Insn) -> bool {
+    if i.format == Format::Sopp {
+        return i.waitcnt_lgkm_zero();
+    }
+    if !i.format.is_salu() || i.is_s_version() || i.name == "s_setvskip" {
+        return false;
+    }
+    match i.waitcnt_k() {
+        Some((3, null, imm)) => null && imm == 0,
+        Some(_) => false,
+        None => true,
+    }
+}
+
+/// One instruction: the sites it is (given what is pending before it), then what is
+/// pending after it.
+fn step(i: &Insn, p: &mut Pending, mut site: impl FnMut(Bug)) {
+    // VMEM to scalar write: a SALU or SMEM write of a register a pending VMEM reads.
+    if (i.format.is_salu() || i.format == Format::Smem) && i.swrites.overlaps(p.vmem_reads) {
+        site(Bug::VmemToScalarWrite);
+    }
+    // SMEM to vector write: a VALU's SGPR destination that a pending SMEM reads.
+    if i.format.is_valu() && i.valu_sdst(true).overlaps(p.smem_reads) {
+        site(Bug::SmemToVectorWrite);
+    }
+    // v_cmpx (any VALU writing EXEC) after a pending non-VALU read of EXEC.
+    if i.format.is_valu() && i.writes_exec() && p.exec_read {
+        site(Bug::VcmpxExecWar);
+    }
+    if i.is_permlane() && p.compare {
+        site(Bug::VcmpxPermlane);
+    }
+    let kind = lds_vmem_kind(i);
+    if (kind == 1 && p.branch_after_vmem) || (kind == 2 && p.branch_after_lds) {
+        site(Bug::LdsBranchVmemWar);
+    }
+    if matches!(i.format, Format::Mubuf | Format::Mtbuf) && i.offset & 6 != 0 && p.nsa16 {
+        site(Bug::NsaToVmem);
+    }
+
+    // What is pending after it.
+    if i.format.is_valu() || i.is_waitcnt_zero() || i.depctr() == Some(0xffe3) {
+        p.vmem_reads = Sregs::EMPTY;
+    }
+    if i.format.is_vector_memory() {
+        p.vmem_reads = p.vmem_reads.union(i.all_sreads());
+    }
+    if i.format == Format::Smem {
+        p.smem_reads = p.smem_reads.union(i.all_sreads());
+    } else if ends_smem_hazard(i) {
+        p.smem_reads = Sregs::EMPTY;
+    }
+    if !i.format.is_valu() && i.reads_exec() {
+        p.exec_read = true;
+    } else if (i.format.is_valu() && !i.valu_sdst(false).is_empty())
+        || i.depctr().is_some_and(|d| d & 0xfffe == 0xfffe)
+    {
+        p.exec_read = false;
+    }
+    if i.is_compare() {
+        p.compare = true;
+    } else if i.format.is_valu() && !i.is_vnop() {
+        p.compare = false;
+    }
+    if i.is_branch() {
+        p.branch_after_lds |= p.lds;
+        p.branch_after_vmem |= p.vmem;
+    }
+    if kind != 0 || is_vscnt_null_zero(i) {
+        p.branch_after_lds = false;
+        p.branch_after_vmem = false;
+    }
+    match kind {
+        1 => (p.lds, p.vmem) = (true, false),
+        2 => (p.lds, p.vmem) = (false, true),
+        _ if is_vscnt_null_zero(i) => (p.lds, p.vmem) = (false, false),
+        _ => {}
+    }
+    p.nsa16 = i.format == Format::Mimg && i.nsa_dwords >= 2;
+}
+
+/// The rules that span instructions and blocks: a forward data-flow of [`Pending`] to a
+/// fixed point, then one pass that records the sites.
+fn hazards(insns: &[(usize, Insn)], cfg: &Cfg, sites: &mut Vec<Site>) {
+    let blocks = cfg.blocks();
+    // The entry, and blocks nothing branches or falls to, start with nothing pending.
+    let mut input: Vec<Option<Pending>> = vec![None; blocks];
+    input[0] = Some(Pending::default());
+    let mut reached = vec![false; blocks];
+    for s in cfg.succ.iter().flatten().flatten() {
+        reached[*s] = true;
+    }
+    for (b, r) in reached.iter().enumerate() {
+        if !r {
+            input[b] = Some(Pending::default());
+        }
+    }
+    let mut work: Vec<usize> = (0..blocks).filter(|&b| input[b].is_some()).rev().collect();
+    let mut queued = vec![false; blocks];
+    for &b in &work {
+        queued[b] = true;
+    }
+    // Each block's input only grows (a union of finitely many bits): bounded.
+    let mut budget = blocks.saturating_mul(280).saturating_add(64);
+    while let Some(b) = work.pop() {
+        queued[b] = false;
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        let Some(mut p) = input[b] else { continue };
+        for (_, i) in &insns[cfg.starts[b]..cfg.starts[b + 1]] {
+            step(i, &mut p, |_| {});
+        }
+        for s in cfg.succ[b].into_iter().flatten() {
+            let new = match input[s] {
+                None => p,
+                Some(cur) => cur.union(p),
+            };
+            if input[s] != Some(new) {
+                input[s] = Some(new);
+                if !queued[s] {
+                    queued[s] = true;
+                    work.push(s);
+                }
             }
         }
     }
-    out
+    for b in 0..blocks {
+        let mut p = input[b].unwrap_or_default();
+        for (at, i) in &insns[cfg.starts[b]..cfg.starts[b + 1]] {
+            step(i, &mut p, |bug| sites.push(Site { bug, at: *at }));
+        }
+    }
+}
+
+/// The rules a single instruction (or an `s_clause` and its clause) decides.
+fn local_sites(insns: &[(usize, Insn)], wgp_mode: bool, sites: &mut Vec<Site>) {
+    for (k, (at, i)) in insns.iter().enumerate() {
+        let at = *at;
+        let mut site = |bug| sites.push(Site { bug, at });
+        if i.is_inst_prefetch() {
+            site(Bug::InstFwdPrefetch);
+        }
+        if i.format == Format::Flat && i.offset != 0 {
+            site(Bug::FlatSegmentOffset);
+        }
+        if i.is_branch() && i.simm16 == 0x3f {
+            site(Bug::Offset3f);
+        }
+        if i.format == Format::Scratch && i.offset < 0 && i.offset % 4 != 0 {
+            site(Bug::NegativeUnalignedScratchOffset);
+        }
+        if let Some(n) = i.clause_len() {
+            let clause = insns.iter().skip(k + 1).take(n);
+            if clause
+                .clone()
+                .any(|(_, c)| c.format == Format::Mimg && c.nsa_dwords > 0)
+            {
+                site(Bug::NsaClause);
+            }
+        }
+        if wgp_mode && multi_dword_lds_or_flat(i) {
+            site(Bug::LdsMisaligned);
+        }
+    }
+}
+
+/// An LDS access, or a FLAT one (which may reach LDS), of more than one dword at once.
+fn multi_dword_lds_or_flat(i: &Insn) -> bool {
+    if !matches!(i.format, Format::Ds | Format::Flat) {
+        return false;
+    }
+    let n = i.name;
+    [
+        "b64", "b96", "b128", "_u64", "_i64", "_f64", "dwordx2", "dwordx3", "dwordx4",
+    ]
+    .iter()
+    .any(|w| n.ends_with(w) || n.contains(&format!("{w}_")))
+}
+
+/// The instructions `card` decodes otherwise.
+fn otherwise(insns: &[(usize, Insn)], card: Gfx, out: &mut Vec<OtherwiseSite>) {
+    let index = match card.0 {
+        100101 => 1,
+        100102 => 2,
+        _ => 0,
+    };
+    for (at, i) in insns {
+        let how = match i.on_gfx101x(index) {
+            Card::Same => None,
+            Card::Invalid => Some(Otherwise::Invalid),
+            Card::Other(name) => Some(Otherwise::Other(name)),
+        };
+        let how = how.or_else(|| {
+            (i.format == Format::Scratch && i.saddr == 0x7f)
+                .then_some(Otherwise::ScratchSaddrExecHi)
+        });
+        if let Some(how) = how {
+            if i.on_gfx1030() {
+                out.push(OtherwiseSite {
+                    at: *at,
+                    gfx1030: i.name,
+                    how,
+                });
+            }
+        }
+    }
 }
 
 /// One function's sites, offsets in the image.
@@ -302,3 +661,6 @@ pub fn scan_image(image: &[u8], card: Gfx) -> Result<ImageSites, ImageError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;
