@@ -163,6 +163,19 @@ pub struct Fault {
     pub mode: String,
     /// Allocations the shim rewrote in this process.
     pub rewritten: u64,
+    /// For the kernels listed, when a gfx101x card runs gfx103x code (the override): the
+    /// sites of LLVM's gfx101x hardware bugs in each, from the shim's scan of the modules
+    /// it saw loaded ([`crate::gfx101x`]).
+    pub gfx101x_sites: Vec<KernelSites>,
+}
+
+/// One kernel's gfx101x sites.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSites {
+    pub name: String,
+    pub counts: crate::gfx101x::Counts,
+    /// Instructions the card decodes as others or not at all.
+    pub otherwise: usize,
 }
 
 /// A VM fault's reasons in words, as ROCr names them (runtime.cpp) and what each means.
@@ -305,6 +318,48 @@ fn graph_lines(f: &Fault, out: &mut Vec<String>) {
             k.name.as_deref().unwrap_or("(name not recorded)"),
             k.library.as_deref().unwrap_or("unknown library"),
         ));
+    }
+}
+
+/// The gfx101x sites of the kernels listed (under the override), worst harm first.
+fn sites_lines(f: &Fault, out: &mut Vec<String>) {
+    use crate::gfx101x::{Bug, Harm};
+    if f.gfx101x_sites.is_empty() {
+        return;
+    }
+    out.push(format!(
+        "  in the kernels above, gfx1030 code that this {} executes wrongly (LLVM's gfx101x \
+         hardware bugs, from rmcp's scan of the modules loaded; `rmcp doctor` names them):",
+        f.gpu
+            .real
+            .map_or_else(|| "gfx101x".to_string(), |g| g.to_string())
+    ));
+    for k in &f.gfx101x_sites {
+        let mut parts: Vec<String> = Vec::new();
+        for harm in [Harm::Hang, Harm::Fault, Harm::Race] {
+            for b in Bug::ALL.iter().filter(|b| b.harm() == harm) {
+                let n = k.counts[b.index()];
+                if n > 0 {
+                    let word = match harm {
+                        Harm::Hang => "can hang",
+                        Harm::Fault => "wrong address",
+                        Harm::Race => "race",
+                    };
+                    parts.push(format!("{} {n} ({word})", b.mattr()));
+                }
+            }
+        }
+        if k.otherwise > 0 {
+            parts.push(format!(
+                "{} instruction{} decoded otherwise",
+                k.otherwise,
+                if k.otherwise == 1 { "" } else { "s" }
+            ));
+        }
+        if parts.is_empty() {
+            parts.push("no site found".to_string());
+        }
+        out.push(format!("    {}: {}", k.name, parts.join(", ")));
     }
 }
 
@@ -464,6 +519,8 @@ pub fn render(f: &Fault) -> Vec<String> {
         }
     }
 
+    sites_lines(f, &mut out);
+
     // What rmcp knows.
     if let Some((value, effect, real)) = override_on(f) {
         if effect.cross_family() {
@@ -538,6 +595,7 @@ mod tests {
             graph_kernels_dropped: 0,
             several_gpus: false,
             override_value: None,
+            gfx101x_sites: Vec::new(),
             mode: "auto".into(),
             rewritten: 0,
         }
@@ -545,6 +603,31 @@ mod tests {
 
     fn text(f: &Fault) -> String {
         render(f).join("\n")
+    }
+
+    #[test]
+    fn gfx101x_sites_of_the_kernels_listed_worst_first() {
+        let mut f = base();
+        assert!(!render(&f).iter().any(|l| l.contains("executes wrongly")));
+        let mut counts = [0; 12];
+        counts[crate::gfx101x::Bug::VcmpxExecWar.index()] = 3;
+        counts[crate::gfx101x::Bug::InstFwdPrefetch.index()] = 1;
+        f.gpu.real = Some(Gfx(100100));
+        f.gfx101x_sites = vec![KernelSites {
+            name: "k".into(),
+            counts,
+            otherwise: 2,
+        }];
+        let lines = render(&f);
+        let at = lines
+            .iter()
+            .position(|l| l.contains("gfx1030 code that this gfx1010 executes wrongly"))
+            .expect("the heading");
+        assert_eq!(
+            lines[at + 1],
+            "    k: inst-fwd-prefetch-bug 1 (can hang), vcmpx-exec-war-hazard 3 (race), \
+             2 instructions decoded otherwise"
+        );
     }
 
     #[test]

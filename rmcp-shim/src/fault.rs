@@ -313,10 +313,11 @@ fn gather(
         None | Some(0) => Place::NoAddress,
         Some(a) => place_of(a, rocr),
     };
-    let kernels = crate::launches::last(8)
+    let kernels: Vec<rmcp_core::fault::Kernel> = crate::launches::last(8)
         .iter()
         .map(crate::launches::describe)
         .collect();
+    let gfx101x_sites = crate::gfx101x::sites_of(kernels.iter().filter_map(|k| k.name.as_deref()));
     let (graph_kernels, graph_kernels_dropped) = crate::graphs::kernels();
     let rewritten = rmcp_core::registry::HOOKS
         .iter()
@@ -335,6 +336,7 @@ fn gather(
         override_value: node.and_then(crate::report::override_now),
         mode: cfg.mode.as_str().to_string(),
         rewritten,
+        gfx101x_sites,
     }
 }
 
@@ -514,6 +516,14 @@ fn to_json(f: &Fault) -> serde_json::Value {
         "override": f.override_value,
         "mode": f.mode,
         "rewritten": f.rewritten,
+        "gfx101x_sites": f.gfx101x_sites.iter().map(|k| serde_json::json!({
+            "kernel": k.name,
+            "sites": rmcp_core::gfx101x::Bug::ALL
+                .iter()
+                .map(|b| (b.mattr().to_string(), serde_json::json!(k.counts[b.index()])))
+                .collect::<serde_json::Map<_, _>>(),
+            "decodes_otherwise": k.otherwise,
+        })).collect::<Vec<_>>(),
         "lines": rmcp_core::fault::render(f),
     })
 }

@@ -70,6 +70,7 @@ mod launches;
 mod graphs;
 mod allocations;
 mod report;
+mod gfx101x;
 mod fault;
 mod queues;
 mod handout;

@@ -255,6 +255,11 @@ fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared
         stats::record_image(Image::Unreadable, 1);
         return UNTOUCHED;
     };
+    // Under an override that makes a gfx101x card run gfx103x code: its hardware-bug
+    // sites, kept for the fault block.
+    if let Some(card) = crate::gfx101x::card(global.topology.as_ref()) {
+        crate::gfx101x::scan_loaded(card, &bytes);
+    }
     let found = broken(&scan);
     let scanned = if found.is_some() {
         stats::record_image(Image::Broken, 1);
