@@ -3,7 +3,7 @@
 //! Each row of the `config!` table below is one variable: the `Config` field, its type,
 //! the variable's name, its default and a line of help. From the table come the `Config`
 //! struct, its reading ([`Config::from_lookup`]) with the warnings, and [`VARIABLES`], the
-//! documented list that README's and docs/'s tables, `rmcp doctor` and the CLI's options are
+//! documented list that docs/cli.md's table, `rmcp doctor` and the CLI's options are
 //! checked against or built from. How a type reads its text is its [`Value`] impl; the
 //! choice types (`Mode`, `LogLevel`, `Finegrained`) list their spellings once, in `choices!`,
 //! and the CLI's value lists are their `NAMES`.
@@ -291,8 +291,8 @@ pub const DEFAULT_TARGETS: &str =
 pub const DEFAULT_EXEMPT: &str = "librccl";
 pub const DEFAULT_SYSFS_ROOT: &str = "/sys/class/kfd/kfd/topology";
 
-/// The variables as the README's table shows them: one row per variable, from the table
-/// above (a test keeps README.md equal to this).
+/// The variables as docs/cli.md's table shows them: one row per variable, from the table
+/// above (a test keeps docs/cli.md equal to this).
 pub fn markdown_table() -> String {
     let mut out =
         String::from("| variable | what it does | values | default |\n|---|---|---|---|\n");
@@ -597,19 +597,22 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_shows_the_table() {
+    fn the_cli_doc_shows_the_table() {
         const START: &str = "<!-- variables: generated from rmcp_core::config::VARIABLES -->\n";
         const END: &str = "<!-- /variables -->";
-        let readme = include_str!("../../README.md");
-        let start = readme.find(START).expect("README has the variables marker") + START.len();
+        let doc = include_str!("../../docs/cli.md");
+        let start = doc
+            .find(START)
+            .expect("docs/cli.md has the variables marker")
+            + START.len();
         let end = start
-            + readme[start..]
+            + doc[start..]
                 .find(END)
-                .expect("README has the end marker");
+                .expect("docs/cli.md has the end marker");
         let want = markdown_table();
         assert!(
-            readme[start..end] == want,
-            "README.md's variable table is not the table in rmcp-core/src/config.rs; \
+            doc[start..end] == want,
+            "docs/cli.md's variable table is not the table in rmcp-core/src/config.rs; \
              put this between the markers:\n{want}"
         );
     }

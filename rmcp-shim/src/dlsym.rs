@@ -16,7 +16,7 @@
 //!   the caller on to the next dlsym, which answers pointer and `dlerror()` state exactly as
 //!   without the shim. Otherwise it returns the value with the state a lookup without the
 //!   shim leaves: none after a success; after a failure, the loader's message for it
-//!   (`dlerror::fail_as_loader`, which cannot name the main program: README, "Lookups").
+//!   (`dlerror::fail_as_loader`, which cannot name the main program: docs/design.md, "Known limits, in full").
 //! - `dlvsym` ([`vlookup`]): a versioned lookup never matches the front's unversioned
 //!   exports, so the caller's own lookup always answers as without the shim; the shim's
 //!   function replaces the answer only when it is a runtime's hooked function, found at the

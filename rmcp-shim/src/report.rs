@@ -39,7 +39,7 @@ pub(crate) struct DeviceReport {
     pub(crate) affected: bool,
 }
 
-/// The JSON summary (RMCP_STATS_FILE); the README documents it.
+/// The JSON summary (RMCP_STATS_FILE); docs/cli.md documents it.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Report {
     pub(crate) rmcp: &'static str,

@@ -307,7 +307,7 @@ fn sixteen_processes(stats: &Path, go: &Path, shim: bool) -> Vec<(u32, std::proc
 /// Shape 5, one stats file, many processes: RMCP_STATS_FILE=x.json (no %p) shared by 16
 /// processes exiting together, five rounds. Before: invalid JSON (a short report written
 /// over a longer one) in 3 of 10 rounds, and fifteen reports of sixteen lost without a word.
-/// Now (README, RMCP_STATS_FILE): the report is written to a temporary file beside it and
+/// Now (docs/cli.md, RMCP_STATS_FILE): the report is written to a temporary file beside it and
 /// put in place atomically; the process whose report replaces another process's written
 /// since it started says so on stderr, naming that process. So the file is always one
 /// whole report, and every other process's report is named by a warning.

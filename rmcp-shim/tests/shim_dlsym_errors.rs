@@ -9,7 +9,7 @@
 //! returns right after. The lines with the shim preloaded must be those without it, except:
 //! - where rmcp hands its own function (class `rmcp`): the lookup then succeeded, so no
 //!   message may be pending;
-//! - the one case no public interface can reproduce (README, "Lookups"): a lookup that fails
+//! - the one case no public interface can reproduce (docs/design.md, "Known limits, in full"): a lookup that fails
 //!   without the shim, made on the program's own handle or on RTLD_DEFAULT from the program,
 //!   of a name the shim exports. The loader's message names the program (argv[0]); with
 //!   the shim the program's search list holds the shim's export, so the failure is the

@@ -158,8 +158,8 @@ fn an_audit_module_sees_the_program_as_the_binder() {
 #[test]
 fn a_pending_dlerror_message_survives_later_hooked_calls() {
     // The first hooked call from an object resolves where its calls go, with dlopen and
-    // dlsym, and glibc clears a pending message on every such call (README: "How the
-    // runtime is found"). Every call after that leaves it as it was.
+    // dlsym, and glibc clears a pending message on every such call (docs/design.md,
+    // "Known limits, in full"). Every call after that leaves it as it was.
     let steps = [
         "hipMalloc:64",
         "dlopen-fail",

@@ -47,7 +47,7 @@ GFX10_MTYPE = {
 HOST_COHERENT, HOST_NONCOHERENT, DEVICE, MANAGED, REGISTERED = (
     "host-coherent", "host-noncoherent", "device", "managed", "registered")
 
-# The rows of README's "What it changes": (function, flags, what the runtime makes of it
+# The rows of docs/design.md's "What the shim changes, call by call": (function, flags, what the runtime makes of it
 # without rmcp). hipHostAlloc depends on the runtime (VRAM before 6.3).
 ROWS = [
     ("hipHostMalloc", 0x0, HOST_COHERENT),
@@ -69,7 +69,7 @@ ROWS = [
     ("hipMallocFromPoolAsync", 0, DEVICE),
     ("hipHostRegister", 0, REGISTERED),
 ]
-# rmcp rewrites these on an affected device (README "What it changes").
+# rmcp rewrites these on an affected device (docs/design.md, "What the shim changes, call by call").
 REWRITTEN = {("hipHostMalloc", 0x0), ("hipHostMalloc", 0x2), ("hipHostMalloc", 0x40000000),
              ("hipMemAllocHost", 0x0), ("hipExtMallocWithFlags", 1)}
 REWRITTEN_63 = {("hipHostAlloc", 0x0), ("hipHostAlloc", 0x2)}
