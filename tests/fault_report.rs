@@ -368,3 +368,91 @@ fn two_threads_launches_both_appear() {
     );
     assert!(e.contains("4 launches in all"), "{e}");
 }
+
+/// Issue 39 item 4: the RX 5700 XT (gfx1010) under HSA_OVERRIDE_GFX_VERSION=10.3.0 runs a
+/// gfx1030 module loaded from memory; at a fault, the block names the hardware-bug sites of
+/// the kernel it lists, the same counts `rmcp_core::gfx101x` finds in the object, and the
+/// runtime's ending is as without rmcp. Without the override, or loaded by file name (not
+/// read at load), the block says nothing of sites.
+#[test]
+fn under_the_override_the_block_names_the_kernels_hardware_bug_sites() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((lib, _)) = emugpu_with_hipcc() else {
+        return;
+    };
+    // A divergent `if`: LLVM 15 writes `s_mov_b32 sN, exec_lo; v_cmpx_*` (a v_cmpx EXEC
+    // WAR site on gfx101x).
+    let Some(co) = kernel_object_of(
+        dir.path(),
+        "gfx1030",
+        "extern \"C\" __global__ void k(int *p) {\n\
+         \x20 int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20 if (i < p[0]) p[i + 1] = p[i + 1] * 3 + 1;\n}\n",
+    ) else {
+        return;
+    };
+    let image = std::fs::read(&co).unwrap();
+    let scan =
+        rmcp_core::gfx101x::scan_image(&image, rmcp_core::gfx::Gfx(100100)).expect("a bundle");
+    let k = scan
+        .objects
+        .iter()
+        .flat_map(|o| &o.functions)
+        .find(|f| f.name.as_deref() == Some("k"))
+        .expect("k scanned");
+    assert!(k.total() > 0, "the kernel has sites: {k:?}");
+    let mut want: Vec<String> = Vec::new();
+    for harm in [
+        rmcp_core::gfx101x::Harm::Hang,
+        rmcp_core::gfx101x::Harm::Fault,
+        rmcp_core::gfx101x::Harm::Race,
+    ] {
+        for b in rmcp_core::gfx101x::Bug::ALL
+            .iter()
+            .filter(|b| b.harm() == harm)
+        {
+            if k.counts[b.index()] > 0 {
+                want.push(format!("{} {}", b.mattr(), k.counts[b.index()]));
+            }
+        }
+    }
+    // Without the override: the same kernel built for gfx1010, which the card runs as is.
+    let source = std::fs::read_to_string(dir.path().join("k.hip")).unwrap();
+    let source = source.trim_start_matches("#include <hip/hip_runtime.h>\n");
+    let co1010 = kernel_object_of(dir.path(), "gfx1010", source).unwrap();
+    let override_env = [("HSA_OVERRIDE_GFX_VERSION", "10.3.0")];
+    for (load, co, env, said) in [
+        ("loaddata", &co, &override_env[..], true),
+        ("load", &co, &override_env[..], false),
+        ("loaddata", &co1010, &[][..], false),
+    ] {
+        let load = format!("{load}:{}", co.display());
+        let steps = [
+            "init", &load, "launch", "sync", "fault:vm", "launch", "sync",
+        ];
+        let without = run(&lib, dir.path(), false, env, &steps);
+        let with = run(&lib, dir.path(), true, env, &steps);
+        let (e0, e1) = (text(&without.stderr), text(&with.stderr));
+        let ctx = format!("{load} {env:?}\n--- without\n{e0}\n--- with\n{e1}");
+        assert_same_ending(&without, &with, &ctx);
+        let lines: Vec<&str> = e1.lines().collect();
+        let (start, runtime_first) =
+            fault_block_span(&lines, "GPU memory fault on GPU node-1 at address 0x")
+                .unwrap_or_else(|| panic!("no block\n{ctx}"));
+        let block = lines[start..runtime_first].join("\n");
+        assert!(block.contains(" k in "), "{ctx}");
+        let heading = "gfx1030 code that this gfx1010 executes wrongly";
+        if !said {
+            assert!(!block.contains(heading), "{ctx}");
+            continue;
+        }
+        assert!(block.contains(heading), "{ctx}");
+        let line = lines[start..runtime_first]
+            .iter()
+            .find(|l| l.contains("    k: "))
+            .unwrap_or_else(|| panic!("no line for k\n{ctx}"));
+        for w in &want {
+            assert!(line.contains(w.as_str()), "{w} in {line}\n{ctx}");
+        }
+    }
+}

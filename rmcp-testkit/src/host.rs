@@ -86,13 +86,18 @@ pub fn hipcc() -> Option<PathBuf> {
 /// built by hipcc into `dir` as `k-ARCH.co`: the kernel the emulated GPU's tests load,
 /// launch and fault (None: no hipcc, a skip). Panics when hipcc fails.
 pub fn kernel_object(dir: &Path, arch: &str) -> Option<PathBuf> {
+    kernel_object_of(
+        dir,
+        arch,
+        "extern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
+    )
+}
+
+/// The same for a kernel `k(int *p)` of the caller's `source` (after the HIP include).
+pub fn kernel_object_of(dir: &Path, arch: &str, source: &str) -> Option<PathBuf> {
     let hipcc = hipcc()?;
     let src = dir.join("k.hip");
-    std::fs::write(
-        &src,
-        "#include <hip/hip_runtime.h>\nextern \"C\" __global__ void k(int *p) { p[0] = 1; }\n",
-    )
-    .unwrap();
+    std::fs::write(&src, format!("#include <hip/hip_runtime.h>\n{source}")).unwrap();
     let co = dir.join(format!("k-{arch}.co"));
     let out = genco(&hipcc, &[&format!("--offload-arch={arch}")], &src, &co).expect("run hipcc");
     assert!(

@@ -23,6 +23,7 @@
  *   lasterror            hipGetLastError: its answer is the step's rc
  *   load:PATH            hipModuleLoad(PATH), hipModuleGetFunction(.., "k"), and a hipMalloc'd
  *                        4 KiB buffer for it -> "ptr=0x..." (the buffer)
+ *   loaddata:PATH        the same with the file read into memory and hipModuleLoadData
  *   fault:KIND[@VA]      emugpu_fault(KIND, VA): the emulator faults the next dispatch
  *                        (without VA: at its first kernel argument, the buffer)
  *   launch               hipModuleLaunchKernel(k, 1x1x1, 1x1x1, args: the buffer)
@@ -169,10 +170,30 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 /* load:PATH's kernel and its argument, for launch */
 static void *function, *buffer;
 
-static hipError_t load(const char *path, char *detail, size_t dn)
+static hipError_t load(const char *path, int data, char *detail, size_t dn)
 {
 	void *module = NULL;
-	hipError_t rc = CALL(hipError_t(*)(void **, const char *), "hipModuleLoad", &module, path);
+	hipError_t rc;
+	if (data) {
+		/* The image stays for the module's life: the runtime keeps the pointer. */
+		FILE *f = fopen(path, "rb");
+		char *image = NULL;
+		long n = -1;
+		if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
+			image = malloc((size_t)n);
+			if (image && fread(image, 1, (size_t)n, f) != (size_t)n)
+				n = -1;
+		}
+		if (f)
+			fclose(f);
+		if (!image || n <= 0) {
+			fprintf(stderr, "loaddata: cannot read %s\n", path);
+			exit(2);
+		}
+		rc = CALL(hipError_t(*)(void **, const void *), "hipModuleLoadData", &module, image);
+	} else {
+		rc = CALL(hipError_t(*)(void **, const char *), "hipModuleLoad", &module, path);
+	}
 	if (!rc)
 		rc = CALL(hipError_t(*)(void **, void *, const char *), "hipModuleGetFunction", &function,
 			  module, "k");
@@ -242,7 +263,9 @@ int main(int argc, char **argv)
 		} else if (!strcmp(step, "lasterror")) {
 			rc = CALL(f_v, "hipGetLastError");
 		} else if (!strncmp(step, "load:", 5)) {
-			rc = load(step + 5, detail, sizeof detail);
+			rc = load(step + 5, 0, detail, sizeof detail);
+		} else if (!strncmp(step, "loaddata:", 9)) {
+			rc = load(step + 9, 1, detail, sizeof detail);
 		} else if (!strncmp(step, "fault:", 6)) {
 			int (*fault)(const char *, unsigned long long) =
 				(int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
