@@ -224,7 +224,7 @@ pub fn object(elf: &[u8], bundle_target: Option<&str>) -> Result<Object, ImageEr
             }
         }
     }
-    functions.sort_by(|a, b| (a.start, a.end).cmp(&(b.start, b.end)));
+    functions.sort_by_key(|a| (a.start, a.end));
     functions.dedup_by(|a, b| a.start == b.start && a.end == b.end);
     Ok(Object {
         target,
