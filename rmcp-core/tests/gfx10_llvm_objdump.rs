@@ -21,8 +21,8 @@
 //!
 //! Words LLVM does not decode (`.long`) are not compared; they are counted (column `llvm
 //! .long`). Tensile's assembly objects name their kernels with size-0 symbols, so the
-//! parser gives their whole `.text` as one function, and the zeros padding each kernel to
-//! 256 bytes are such words (0x00000000 is no GFX10 instruction; `llvm-objdump -z` lists
+//! parser gives their whole `.text` as one function, and the zeros padding between kernels
+//! are such words (0x00000000 is no GFX10 instruction; `llvm-objdump -z` lists
 //! them, where it would otherwise print `...` and skip them).
 //!
 //! At most [`MAX_PER_OBJECT`] instructions are compared per object. The summary (object,
