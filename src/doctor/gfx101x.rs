@@ -1381,4 +1381,79 @@ mod tests {
         let names: Vec<&str> = v.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["c", "b", "a"]);
     }
+
+    #[test]
+    fn a_library_line_puts_faults_and_hangs_apart_from_races() {
+        let mut counts = [0; 12];
+        counts[Bug::VcmpxExecWar.index()] = 4000;
+        counts[Bug::Offset3f.index()] = 2;
+        counts[Bug::InstFwdPrefetch.index()] = 1;
+        let sites = Sites {
+            target: "gfx1030".into(),
+            gfx103x: true,
+            kernels: 10,
+            functions: 12,
+            instructions: 9000,
+            undecodable: 0,
+            counts,
+            otherwise: 3,
+            first_otherwise: Some((64, Some("k".into()))),
+            top: vec![Top {
+                name: "_Z6kernelPi".into(),
+                fault_or_hang: 6,
+                race: 40,
+            }],
+        };
+        let lib = Library {
+            index: 0,
+            name: "rocSPARSE".into(),
+            path: "/l.so".into(),
+            objects: vec![Object {
+                file: "/l.so".into(),
+                bundle_at: 4096,
+                target: "gfx1030".into(),
+                compressed: false,
+                size: 100,
+                cached: true,
+                sites: Ok(sites),
+            }],
+            unscanned: Vec::new(),
+            unscanned_count: 0,
+            bytes: 100,
+        };
+        assert_eq!(
+            library_line(&lib),
+            "rocSPARSE /l.so: 10 kernels in 1 code object (1 from the cache); fault or hang: \
+             inst-fwd-prefetch-bug 1, offset-3f-bug 2, decoded otherwise 3; race: \
+             vcmpx-exec-war-hazard 4000; most sites: _Z6kernelPi (46)."
+        );
+        let t = lib.totals();
+        assert_eq!(
+            (t.harm(Harm::Fault), t.harm(Harm::Hang), t.harm(Harm::Race)),
+            (2, 1, 4000)
+        );
+        let v = library_json(
+            &lib,
+            &Scan {
+                node: 1,
+                card: Gfx::parse("gfx1010").unwrap(),
+                runtime: Gfx::parse("gfx1030").unwrap(),
+                libraries: Vec::new(),
+                bytes: 0,
+                stopped: Vec::new(),
+                bounds: Bounds::default(),
+                cache: Value::Null,
+            },
+        );
+        assert_eq!(v["gfx101x_sites"]["vcmpx-exec-war-hazard"], 4000);
+        assert_eq!(
+            v["objects"][0]["gfx101x_decodes_otherwise"]["first_offset"],
+            64
+        );
+        assert_eq!(
+            v["objects"][0]["gfx101x_decodes_otherwise"]["first_function"],
+            "k"
+        );
+        assert_eq!(v["most_sites"][0]["function"], "_Z6kernelPi");
+    }
 }

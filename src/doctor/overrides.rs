@@ -287,4 +287,26 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn the_scan_is_cited_by_the_nodes_error_only() {
+        let f = |node: u32, status| {
+            Finding::new(Check::GfxOverride, status, "m.")
+                .with("node", node)
+                .remedy(Remedy::new("r"))
+        };
+        let mut v = vec![f(1, Status::Error), f(2, Status::Error), f(1, Status::Ok)];
+        cite_scan(
+            &mut v,
+            1,
+            "In the code: 3 kernels.",
+            serde_json::json!({"kernels": 3}),
+        );
+        assert_eq!(v[0].message, "m. In the code: 3 kernels.");
+        assert_eq!(v[0].extra["gfx101x"]["kernels"], 3);
+        assert_eq!(v[1].message, "m.");
+        assert_eq!(v[2].message, "m.");
+        assert_eq!(remedy_of(&v, 2).unwrap().text, "r");
+        assert!(remedy_of(&v, 3).is_none());
+    }
 }
