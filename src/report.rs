@@ -512,7 +512,9 @@ pub fn main(args: ReportArgs) -> u8 {
         eprintln!("rmcp report: --runtime {p}");
         return input::EXIT_USAGE;
     }
-    let (doctor_text, doctor) = crate::doctor::for_report().unwrap_or_else(|| {
+    // The doctor's gfx101x scan may show progress, but never over the JSON or into a pipe.
+    let progress = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (doctor_text, doctor) = crate::doctor::for_report(progress).unwrap_or_else(|| {
         (
             "rmcp doctor failed (see the message above)".into(),
             Value::Null,
@@ -522,7 +524,7 @@ pub fn main(args: ReportArgs) -> u8 {
         .as_array()
         .map(|fs| {
             fs.iter()
-                .filter(|f| matches!(f["check"].as_str(), Some("pytorch" | "triton" | "hip-runtime")))
+                .filter(|f| matches!(f["check"].as_str(), Some("gfx-override" | "pytorch" | "triton" | "hip-runtime")))
                 .map(|f| json!({ "check": f["check"], "status": f["status"], "message": f["message"] }))
                 .collect()
         })

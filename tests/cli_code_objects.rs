@@ -28,6 +28,11 @@ fn doctor(sysfs: &str, scan: &[&Path], vars: &[(&str, &str)], json: bool) -> Out
         }
     }
     c.env("RMCP_PYTHON", "");
+    // The gfx101x scan's cache (RX 5000 under 10.3.0) stays out of the home directory.
+    c.env(
+        "RMCP_CACHE_DIR",
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("code-objects-cache"),
+    );
     for (k, v) in vars {
         c.env(k, v);
     }

@@ -19,6 +19,8 @@ struct Env {
     module: tempfile::TempDir,
     /// Where the code-objects check looks instead of this machine's libraries.
     scan: tempfile::TempDir,
+    /// The gfx101x scan's cache (RMCP_CACHE_DIR), out of the home directory.
+    cache: tempfile::TempDir,
 }
 
 /// A /dev with kfd and renderD128..renderD135, all rw.
@@ -33,6 +35,7 @@ fn env() -> Env {
         dev,
         module: tempfile::tempdir().unwrap(),
         scan: tempfile::tempdir().unwrap(),
+        cache: tempfile::tempdir().unwrap(),
     }
 }
 
@@ -48,7 +51,8 @@ fn doctor_cmd(e: &Env, sysfs: Option<&Path>, vars: &[(&str, &str)], json: bool) 
     // test asks for it.
     c.env("RMCP_DEV_ROOT", e.dev.path())
         .env("RMCP_MODULE_ROOT", e.module.path())
-        .env("RMCP_PYTHON", "");
+        .env("RMCP_PYTHON", "")
+        .env("RMCP_CACHE_DIR", e.cache.path());
     for (k, v) in vars {
         c.env(k, v);
     }
@@ -429,6 +433,7 @@ fn cpu_only() {
         dev: tempfile::tempdir().unwrap(),
         module: tempfile::tempdir().unwrap(),
         scan: tempfile::tempdir().unwrap(),
+        cache: tempfile::tempdir().unwrap(),
     };
     let (out, j) = json(&empty_dev, Some(&fixture("cpu-only")), &[]);
     assert_eq!(out.status.code(), Some(0));
@@ -442,6 +447,7 @@ fn missing_dev_kfd_with_gpus_is_an_error() {
         dev: tempfile::tempdir().unwrap(),
         module: tempfile::tempdir().unwrap(),
         scan: tempfile::tempdir().unwrap(),
+        cache: tempfile::tempdir().unwrap(),
     };
     let (out, j) = json(&e, Some(&fixture("rdna2")), &[]);
     assert_eq!(out.status.code(), Some(1));

@@ -189,7 +189,8 @@ fn doctor(sysfs: &str, scan: &Path, vars: &[(&str, &str)], json: bool) -> (Optio
     std::fs::create_dir_all(&module).unwrap();
     c.env("RMCP_PYTHON", "")
         .env("RMCP_DEV_ROOT", &dev)
-        .env("RMCP_MODULE_ROOT", &module);
+        .env("RMCP_MODULE_ROOT", &module)
+        .env("RMCP_CACHE_DIR", base.join("cache"));
     for (k, v) in vars {
         c.env(k, v);
     }

@@ -88,6 +88,10 @@ struct Library {
     /// MIOpen databases: the ISAs they are for.
     kdb: Vec<Gfx>,
     bundles: Option<usize>,
+    /// ELF files: where each bundle of `sets` starts in the file and how it is stored, and
+    /// where the fat binary ends (what the gfx101x scan reads).
+    places: Vec<(u64, BundleFormat)>,
+    fatbin_end: u64,
 }
 
 impl Library {
@@ -142,7 +146,7 @@ fn is_shared_object_name(name: &str) -> bool {
     name.ends_with(".so") || name.contains(".so.")
 }
 
-fn sorted_entries(dir: &Path) -> Vec<std::fs::DirEntry> {
+pub(super) fn sorted_entries(dir: &Path) -> Vec<std::fs::DirEntry> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -364,6 +368,58 @@ pub fn scan(paths: &[PathBuf], site_packages: &[PathBuf]) -> Scanned {
     }
 }
 
+/// Where a library keeps its GPU code, for the gfx101x scan (`gfx101x`).
+pub enum CodeAt<'a> {
+    /// An ELF file's fat binary (or a bare bundle file): each bundle's start, how it is
+    /// stored and its targets, and where the fat binary ends.
+    Fatbin {
+        bundles: Vec<(u64, BundleFormat, &'a [TargetId])>,
+        end: u64,
+    },
+    /// A Tensile directory: one code-object file per target.
+    Tensile,
+}
+
+/// A library with GPU code as the gfx101x scan sees it; `index` is its row in
+/// `code_objects[]`.
+pub struct CodeSource<'a> {
+    pub index: usize,
+    pub path: &'a Path,
+    /// `rocSPARSE (librocsparse0 5.3.0+dfsg-2)`.
+    pub name: String,
+    pub at: CodeAt<'a>,
+}
+
+/// Every library with GPU code (not MIOpen's databases), in the order of the rows.
+pub fn code_sources(scanned: &Scanned) -> Vec<CodeSource<'_>> {
+    scanned
+        .libraries
+        .iter()
+        .enumerate()
+        .filter_map(|(index, l)| {
+            let at = match l.format {
+                CodeFormat::Kdb => return None,
+                CodeFormat::Tensile => CodeAt::Tensile,
+                CodeFormat::Plain | CodeFormat::CompressedBundle => CodeAt::Fatbin {
+                    bundles: l
+                        .places
+                        .iter()
+                        .zip(&l.sets)
+                        .map(|((at, format), set)| (*at, *format, set.as_slice()))
+                        .collect(),
+                    end: l.fatbin_end,
+                },
+            };
+            Some(CodeSource {
+                index,
+                path: &l.path,
+                name: names(&[l]),
+                at,
+            })
+        })
+        .collect()
+}
+
 /// What reading one item gave.
 enum Read {
     /// Not a HIP library (not ELF, or no `.hip_fatbin`).
@@ -384,6 +440,8 @@ fn empty(format: CodeFormat) -> Library {
         sets: Vec::new(),
         kdb: Vec::new(),
         bundles: None,
+        places: Vec::new(),
+        fatbin_end: 0,
     }
 }
 
@@ -435,6 +493,8 @@ fn read_elf(path: &Path) -> Read {
         lib.compression = Some(compression.into_iter().collect::<Vec<_>>().join(", "));
     }
     lib.bundles = Some(bundles.len());
+    lib.places = bundles.iter().map(|b| (b.offset, b.format)).collect();
+    lib.fatbin_end = section.offset.saturating_add(section.size);
     lib.sets = bundles.into_iter().map(|b| b.targets).collect();
     Read::Lib(lib, problem.map(|e| format!("{FATBIN_SECTION}: {e}")))
 }
@@ -911,6 +971,7 @@ pub fn findings(scanned: &Scanned, gpus: &[Gpu], out: &mut Vec<Finding>) -> Vec<
                     runtime_gfx: g.runtime_gfx().to_string(),
                     verdict: v.as_str(),
                     status: *s,
+                    gfx101x: None,
                 })
                 .collect(),
         });

@@ -15,6 +15,9 @@
 //!   site-packages directories;
 //! - `code_objects`: which GPU targets the installed HIP libraries carry code for
 //!   (`code-objects`; the formats are `rmcp_core::code_objects`);
+//! - `gfx101x`: on an RX 5000 made to run gfx103x code, the sites of the gfx101x hardware
+//!   bugs in the code the runtime would load (`code-objects`, and the totals in
+//!   `gfx-override`), bounded and cached by content;
 //! - `pytorch`: the PyTorch installs, their builds and targets, the verdict and remedy per
 //!   GPU (`pytorch`); `remedies`: the words of the remedies the checks attach;
 //! - `triton`: the Triton installs, whether they compile buffer loads and stores, and the
@@ -27,7 +30,7 @@
 //! The checks and `render` use `report` (the checks also `files`), never this file nor
 //! each other.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use rmcp_core::config::Config;
@@ -40,6 +43,7 @@ mod code_objects;
 mod driver;
 mod environment;
 mod files;
+mod gfx101x;
 mod gpus;
 mod overrides;
 mod pytorch;
@@ -79,8 +83,9 @@ fn env_path(name: &str, default: &str) -> PathBuf {
     }
 }
 
-/// Collects every finding.
-pub fn diagnose(args: &DoctorArgs) -> Report {
+/// Collects every finding; `progress`: the gfx101x scan may show a progress line on
+/// stderr.
+pub fn diagnose(args: &DoctorArgs, progress: bool) -> Report {
     // Read the path variables as the shim reads them in the programs rmcp starts, which
     // do not run in secure-execution mode (rmcp itself is never installed setuid).
     let cfg = Config::from_env(false);
@@ -89,7 +94,7 @@ pub fn diagnose(args: &DoctorArgs) -> Report {
         module: env_path("RMCP_MODULE_ROOT", "/sys/module"),
         dev: env_path("RMCP_DEV_ROOT", "/dev"),
     };
-    run_all(&roots, &cfg, &args.scan)
+    run_all(&roots, &cfg, &args.scan, progress)
 }
 
 /// The Python site-packages directories doctor reads: python3's (or RMCP_PYTHON's), then
@@ -111,7 +116,7 @@ pub fn runtime_version_from_name(name: &str) -> Option<String> {
 }
 
 /// Runs every check, in the order of the report.
-fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
+fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf], progress: bool) -> Report {
     let mut findings = Vec::new();
     let topo = gpus::topology(roots, &mut findings);
     let nodes: &[GpuNode] = topo.as_ref().map(|t| t.gpus.as_slice()).unwrap_or(&[]);
@@ -148,7 +153,18 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
             code_objects::Gpu::new(g, parsed)
         })
         .collect();
-    let code_rows = code_objects::findings(&scanned, &code_gpus, &mut findings);
+    let mut code_rows = code_objects::findings(&scanned, &code_gpus, &mut findings);
+    // On an RX 5000 made to run gfx103x code: what that code holds.
+    let sites = gfx101x::scan(&scanned, &code_gpus, progress);
+    for s in sites.iter().flatten() {
+        if let Some((sentence, value)) = gfx101x::override_citation(s) {
+            overrides::cite_scan(&mut findings, gfx101x::node(s), &sentence, value);
+        }
+    }
+    let override_remedy = |node: u32| overrides::remedy_of(&findings, node);
+    let mut site_findings = Vec::new();
+    gfx101x::findings(&sites, &mut code_rows, &override_remedy, &mut site_findings);
+    findings.append(&mut site_findings);
     pytorch::findings(&site_packages, scan, &scanned, &code_gpus, &mut findings);
     let rdna1 = nodes.iter().any(|g| rmcp_core::quirks::is_rdna1(g.gfx));
     triton::findings(&site_packages, rdna1, &mut findings);
@@ -181,13 +197,13 @@ fn run_all(roots: &Roots, cfg: &Config, scan: &[PathBuf]) -> Report {
 
 /// The doctor's report for `rmcp report`: the human text (no colour) and the JSON value;
 /// None when doctor failed (a check panicked).
-pub fn for_report() -> Option<(String, serde_json::Value)> {
+pub fn for_report(progress: bool) -> Option<(String, serde_json::Value)> {
     let args = DoctorArgs {
         json: true,
         sysfs: None,
         scan: Vec::new(),
     };
-    let report = std::panic::catch_unwind(|| diagnose(&args)).ok()?;
+    let report = std::panic::catch_unwind(|| diagnose(&args, progress)).ok()?;
     let value = serde_json::to_value(&report).ok()?;
     Some((render::human(&report, false), value))
 }
@@ -203,7 +219,9 @@ pub fn main(args: DoctorArgs) -> u8 {
         }
     }
     // A panic in a check is doctor's own failure (status 2), never a finding.
-    let report = match std::panic::catch_unwind(|| diagnose(&args)) {
+    // A progress line only for a person watching: stderr a terminal, and not JSON.
+    let progress = !args.json && std::io::stderr().is_terminal();
+    let report = match std::panic::catch_unwind(|| diagnose(&args, progress)) {
         Ok(r) => r,
         Err(_) => {
             eprintln!("rmcp doctor: internal error (see the message above); this is a bug");

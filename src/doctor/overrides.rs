@@ -234,6 +234,28 @@ fn unset_cross_family(name: &str, real: rmcp_core::gfx::Gfx) -> Remedy {
     r
 }
 
+/// Adds what the gfx101x scan found in the code the override makes a node run to that
+/// node's gfx-override error: the sentence to its message, the totals as `gfx101x`.
+pub fn cite_scan(findings: &mut [Finding], node: u32, sentence: &str, value: serde_json::Value) {
+    for f in findings.iter_mut().filter(|f| {
+        f.check == Check::GfxOverride
+            && f.status == Status::Error
+            && f.extra.get("node") == Some(&node.into())
+    }) {
+        f.message.push(' ');
+        f.message.push_str(sentence);
+        f.extra.insert("gfx101x".to_string(), value.clone());
+    }
+}
+
+/// The remedy of a node's gfx-override finding, if it has one.
+pub fn remedy_of(findings: &[Finding], node: u32) -> Option<Remedy> {
+    findings
+        .iter()
+        .find(|f| f.check == Check::GfxOverride && f.extra.get("node") == Some(&node.into()))
+        .and_then(|f| f.remedy.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +286,27 @@ mod tests {
                 "gfx {gfx}, override {value}"
             );
         }
+    }
+
+    #[test]
+    fn the_scan_is_cited_by_the_nodes_error_only() {
+        let f = |node: u32, status| {
+            Finding::new(Check::GfxOverride, status, "m.")
+                .with("node", node)
+                .remedy(Remedy::new("r"))
+        };
+        let mut v = vec![f(1, Status::Error), f(2, Status::Error), f(1, Status::Ok)];
+        cite_scan(
+            &mut v,
+            1,
+            "In the code: 3 kernels.",
+            serde_json::json!({"kernels": 3}),
+        );
+        assert_eq!(v[0].message, "m. In the code: 3 kernels.");
+        assert_eq!(v[0].extra["gfx101x"]["kernels"], 3);
+        assert_eq!(v[1].message, "m.");
+        assert_eq!(v[2].message, "m.");
+        assert_eq!(remedy_of(&v, 2).unwrap().text, "r");
+        assert!(remedy_of(&v, 3).is_none());
     }
 }

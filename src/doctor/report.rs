@@ -328,6 +328,10 @@ pub struct CodeVerdict {
     /// `present`, `override`, `override-misses`, `partial`, `missing`.
     pub verdict: &'static str,
     pub status: Status,
+    /// On gfx101x silicon made to run gfx103x code: the sites of the gfx101x hardware bugs
+    /// in the code the runtime loads (`gfx101x`; docs/cli.md has the layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gfx101x: Option<Value>,
 }
 
 /// One library with GPU code (`code_objects[]` in JSON).
