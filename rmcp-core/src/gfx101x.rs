@@ -11,7 +11,8 @@
 //!     LdsBranchVmemWar, InstFwdPrefetch, FlatSegmentOffset, Offset3f, NsaToVmem,
 //!     NsaClause, NegativeUnalignedScratchOffset, LdsMisaligned }
 //! Bug::ALL, Bug::mattr() ("vmem-to-scalar-write-hazard", LLVM's -mattr name),
-//! Bug::harm() (Harm::Race | Harm::Hang | Harm::Fault | Harm::WrongResult)
+//! Bug::harm() (Harm::Race | Harm::Hang | Harm::Fault)
+//! pub const SCANNER_VERSION: u32 (what a cache of results is keyed by)
 //! pub enum Otherwise { Other(&'static str), Invalid, ScratchSaddrExecHi }
 //! pub struct Site { bug: Bug, at: usize }
 //! pub struct OtherwiseSite { at: usize, gfx1030: &'static str, how: Otherwise }
@@ -20,7 +21,7 @@
 //! pub struct FunctionSites { name, at, len, counts: Counts, first: [Option<usize>; 12],
 //!     otherwise: usize, first_otherwise: Option<usize>, undecodable: Option<usize>,
 //!     instructions: usize }
-//! pub struct ObjectSites { target, gfx, at, len, gfx103x: bool, functions }
+//! pub struct ObjectSites { target, gfx, at, len, gfx103x: bool, kernels, functions }
 //! pub struct ImageSites { objects, compressed_skipped }
 //! pub fn scan_image(image: &[u8], card: Gfx) -> Result<ImageSites, ImageError>;
 //! ```
@@ -31,6 +32,10 @@
 use crate::code_objects::amdgpu::{self, ImageError};
 use crate::gfx::Gfx;
 use crate::gfx10::{self, Card, Control, Format, Insn, Sregs};
+
+/// The scanner's rules and tables, as one number: raised whenever a change could change
+/// what a scan finds (a cache of results keys on it).
+pub const SCANNER_VERSION: u32 = 1;
 
 /// The twelve gfx101x hardware bugs gfx1030 does not have (LLVM `AMDGPU.td`,
 /// `FeatureISAVersion10_1_Common` against `FeatureISAVersion10_3_0`).
@@ -580,6 +585,8 @@ pub struct ObjectSites {
     /// Whether it is gfx103x code (gfx1030-gfx1036, gfx10-3-generic), the only code
     /// scanned; `functions` is empty otherwise.
     pub gfx103x: bool,
+    /// Kernels (`.kd` symbols) in it.
+    pub kernels: usize,
     pub functions: Vec<FunctionSites>,
 }
 
@@ -656,6 +663,7 @@ pub fn scan_image(image: &[u8], card: Gfx) -> Result<ImageSites, ImageError> {
             at: p.at,
             len: p.len,
             gfx103x,
+            kernels: object.kernels,
             functions,
         });
     }

@@ -162,7 +162,7 @@ impl Sites {
     fn of(object: &[u8], card: Gfx) -> Result<Sites, String> {
         let image = scan_image(object, card).map_err(|e| e.to_string())?;
         let mut s = Sites {
-            kernels: amdgpu::object(object, None).map_or(0, |o| o.kernels),
+            kernels: image.objects.iter().map(|o| o.kernels).sum(),
             ..Sites::default()
         };
         let mut top = Vec::new();
@@ -276,26 +276,14 @@ fn cache_dir() -> Option<PathBuf> {
     var("HOME").map(|h| h.join(".cache/rmcp"))
 }
 
-/// This rmcp build: its version, commit, and the executable's size and time (a rebuilt
-/// scanner never reads a former one's entries).
+/// The scanner that wrote an entry: the gfx101x scanner's rules version and this rmcp's
+/// version (an entry of another never counts).
 fn scanner_identity() -> String {
-    let mut id = format!(
-        "rmcp {} {}",
-        crate::build_info::VERSION,
-        crate::build_info::commit()
-    );
-    if let Some(m) = std::env::current_exe()
-        .ok()
-        .and_then(|p| std::fs::metadata(p).ok())
-    {
-        let t = m
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        id.push_str(&format!(" exe {} {t}", m.len()));
-    }
-    id
+    format!(
+        "gfx101x scanner {} (rmcp {})",
+        rmcp_core::gfx101x::SCANNER_VERSION,
+        crate::build_info::VERSION
+    )
 }
 
 impl Cache {
