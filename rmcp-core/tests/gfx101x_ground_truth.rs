@@ -28,8 +28,8 @@
 //!   checked absent from the +X build: every `s_inst_prefetch` (inst-fwd-prefetch), every
 //!   `flat_*` with a nonzero offset (flat-segment-offset), every `scratch_*` with a negative
 //!   offset not a multiple of 4 (negative-unaligned-scratch-offset), every SOPP branch whose
-//!   offset is exactly 0x3f (offset-3f), every NSA image instruction inside an `s_clause`
-//!   (nsa-clause).
+//!   offset is exactly 0x3f (offset-3f), every `s_clause` whose clause holds an NSA image
+//!   instruction (nsa-clause).
 //! - lds-misaligned: LLVM splits the multi-dword LDS accesses it does not know naturally
 //!   aligned; which are misaligned at run time nobody knows statically. HIP's default (no
 //!   unaligned-access-mode) never emits one it does not believe aligned, so +X changes next
@@ -669,11 +669,12 @@ fn lds_multi_dword(i: &Inst) -> bool {
         && (m.ends_with("_b64") || m.ends_with("_b96") || m.ends_with("_b128"))
 }
 
-/// The sites of an instruction-selection class in one listing (function offsets).
+/// The sites of an instruction-selection class in one listing (function offsets). For
+/// nsa-clause the site is the `s_clause` whose clause holds an NSA image instruction (what
+/// LLVM does not form under the feature, and what the in-place fix would neutralise).
 fn selected_sites(bug: Bug, insts: &[Inst]) -> Vec<usize> {
     let mut out = Vec::new();
-    let mut clause_left = 0usize;
-    for i in insts {
+    for (k, i) in insts.iter().enumerate() {
         let m = i.mnemonic();
         let site = match bug {
             Bug::InstFwdPrefetch => m == "s_inst_prefetch",
@@ -682,21 +683,17 @@ fn selected_sites(bug: Bug, insts: &[Inst]) -> Vec<usize> {
                 m.starts_with("scratch_") && i.offset().is_some_and(|o| o < 0 && o % 4 != 0)
             }
             Bug::Offset3f => i.is_branch() && i.words[0] & 0xffff == 0x3f,
-            Bug::NsaClause => clause_left > 0 && i.nsa(),
+            Bug::NsaClause => {
+                m == "s_clause"
+                    && i.text
+                        .split(' ')
+                        .nth(1)
+                        .and_then(|v| usize::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+                        .is_some_and(|n| insts.iter().skip(k + 1).take(n + 1).any(Inst::nsa))
+            }
             Bug::LdsMisaligned => lds_multi_dword(i),
             _ => unreachable!("{bug:?} is the hazard recognizer's"),
         };
-        if bug == Bug::NsaClause {
-            clause_left = clause_left.saturating_sub(1);
-            if m == "s_clause" {
-                let n = i
-                    .text
-                    .split(' ')
-                    .nth(1)
-                    .and_then(|v| usize::from_str_radix(v.trim_start_matches("0x"), 16).ok());
-                clause_left = n.map_or(0, |n| n + 1);
-            }
-        }
         if site {
             out.push(i.rel);
         }
@@ -928,6 +925,13 @@ fn gfx101x_ground_truth() {
     );
     for u in &unexplained {
         md += &format!("- {u}\n");
+    }
+    // A few false positives of each class, to read against the listings.
+    for (&bug, row) in &rows {
+        let extra: Vec<_> = row.scan.difference(&row.llvm).take(3).collect();
+        if !extra.is_empty() && bug != Bug::LdsMisaligned {
+            md += &format!("\n{} false positives, e.g. {extra:?}\n", bug.mattr());
+        }
     }
     let _ = std::io::stderr().write_all(format!("\n{md}").as_bytes());
     put(

@@ -880,6 +880,26 @@ impl Insn {
         }
         self.implicit_swrites()
     }
+    /// Whether a VALU instruction has an SGPR destination operand LLVM names `sdst` (a
+    /// VOP3b carry-out, a compare's in VOP3 form), even one that is NULL, or an implicit
+    /// SGPR write (VCC, EXEC): what ends LLVM's v_cmpx EXEC WAR hazard.
+    pub fn valu_has_sdst(&self) -> bool {
+        if !self.format.is_valu() {
+            return false;
+        }
+        let named = self.format == Format::Vop3
+            && (self.ops.field(4) != 0 || (self.opcode < 0x100 && self.ops.is_sgpr_field(0)));
+        named
+            || !self.implicit_swrites().is_empty()
+            || !self.swrites_sdwa_or_vop3_compare().is_empty()
+    }
+    fn swrites_sdwa_or_vop3_compare(&self) -> Sregs {
+        if self.is_compare() {
+            self.swrites
+        } else {
+            Sregs::EMPTY
+        }
+    }
     /// `v_readlane_b32` or `v_readfirstlane_b32`.
     pub fn is_readlane(&self) -> bool {
         matches!(
