@@ -11,10 +11,8 @@
 //!   read: the runtime loads no gfx1030 code from it.
 //!
 //! Each run has its own cache directory (`RMCP_CACHE_DIR`); a second run reads every code
-//! object from the cache (the counts in `--json` say so). The scanner's site counts are
-//! checked for structure and consistency here; the tests that need its real counts (more
-//! than zero sites in Debian's rocSPARSE) are marked `#[ignore]` until the scanner lands
-//! (issue 39): run them with `cargo test --test cli_gfx101x -- --ignored`.
+//! object from the cache (the counts in `--json` say so). Debian's rocSPARSE has thousands
+//! of v_cmpx EXEC WAR sites, and the doctor says so as an error.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -148,7 +146,7 @@ fn consistent(s: &Value) -> [u64; 12] {
     assert_eq!(n(&s["kernels"]), kernels);
     assert_eq!(n(&s["instructions"]), instructions);
     assert_eq!(n(&s["gfx101x_decodes_otherwise"]["count"]), otherwise);
-    let by_harm = n(&s["fault"]) + n(&s["hang"]) + n(&s["race"]);
+    let by_harm = n(&s["fault"]) + n(&s["hang"]) + n(&s["race"]) + n(&s["if_misaligned"]);
     assert_eq!(by_harm, sum.iter().sum::<u64>());
     sum
 }
@@ -243,10 +241,9 @@ fn debian_rocsparse_gfx1030_code_on_gfx1010() {
     assert!(flat.contains("111 of 111 from the cache"), "{t}");
 }
 
-/// Checked once the scanner lands (issue 39): Debian's rocSPARSE gfx1030 code has
-/// thousands of vcmpx-exec-war-hazard sites, and the doctor says so, as an error.
+/// Debian's rocSPARSE gfx1030 code has thousands of vcmpx-exec-war-hazard sites, and the
+/// doctor says so, as an error.
 #[test]
-#[ignore = "needs the real gfx101x scanner (issue 39); the stub finds no sites"]
 fn debian_rocsparse_has_thousands_of_vcmpx_exec_war_sites() {
     let Some(lib) = rocsparse() else { return };
     let cache = tempfile::tempdir().unwrap();
@@ -257,7 +254,6 @@ fn debian_rocsparse_has_thousands_of_vcmpx_exec_war_sites() {
         cache.path(),
     );
     let s = sites(&j, lib).unwrap();
-    // SCANNER: more than zero, in the thousands.
     assert!(
         count(s, Bug::VcmpxExecWar) > 1000,
         "{:#}",

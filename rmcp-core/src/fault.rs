@@ -336,7 +336,7 @@ fn sites_lines(f: &Fault, out: &mut Vec<String>) {
     ));
     for k in &f.gfx101x_sites {
         let mut parts: Vec<String> = Vec::new();
-        for harm in [Harm::Hang, Harm::Fault, Harm::Race] {
+        for harm in [Harm::Hang, Harm::Fault, Harm::Race, Harm::IfMisaligned] {
             for b in Bug::ALL.iter().filter(|b| b.harm() == harm) {
                 let n = k.counts[b.index()];
                 if n > 0 {
@@ -344,6 +344,7 @@ fn sites_lines(f: &Fault, out: &mut Vec<String>) {
                         Harm::Hang => "can hang",
                         Harm::Fault => "wrong address",
                         Harm::Race => "race",
+                        Harm::IfMisaligned => "if misaligned",
                     };
                     parts.push(format!("{} {n} ({word})", b.mattr()));
                 }

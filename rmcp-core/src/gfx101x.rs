@@ -11,7 +11,7 @@
 //!     LdsBranchVmemWar, InstFwdPrefetch, FlatSegmentOffset, Offset3f, NsaToVmem,
 //!     NsaClause, NegativeUnalignedScratchOffset, LdsMisaligned }
 //! Bug::ALL, Bug::mattr() ("vmem-to-scalar-write-hazard", LLVM's -mattr name),
-//! Bug::harm() (Harm::Race | Harm::Hang | Harm::Fault)
+//! Bug::harm() (Harm::Race | Harm::Hang | Harm::Fault | Harm::IfMisaligned)
 //! pub const SCANNER_VERSION: u32 (what a cache of results is keyed by)
 //! pub enum Otherwise { Other(&'static str), Invalid, ScratchSaddrExecHi }
 //! pub struct Site { bug: Bug, at: usize }
@@ -64,6 +64,9 @@ pub enum Harm {
     Hang,
     /// The wrong address is used: wrong data, or a memory fault.
     Fault,
+    /// Wrong data only where the address is not naturally aligned, which the code does not
+    /// tell (a multi-dword LDS access in WGP mode): a possible site, not a certain one.
+    IfMisaligned,
 }
 
 impl Bug {
@@ -112,8 +115,8 @@ impl Bug {
             Bug::FlatSegmentOffset
             | Bug::Offset3f
             | Bug::NsaToVmem
-            | Bug::NegativeUnalignedScratchOffset
-            | Bug::LdsMisaligned => Harm::Fault,
+            | Bug::NegativeUnalignedScratchOffset => Harm::Fault,
+            Bug::LdsMisaligned => Harm::IfMisaligned,
             Bug::VmemToScalarWrite
             | Bug::SmemToVectorWrite
             | Bug::VcmpxExecWar
@@ -519,17 +522,14 @@ fn local_sites(insns: &[(usize, Insn)], wgp_mode: bool, sites: &mut Vec<Site>) {
     }
 }
 
-/// An LDS access, or a FLAT one (which may reach LDS), of more than one dword at once.
+/// An LDS read or write of more than one dword at once (`ds_read_b64`, `ds_write_b128`,
+/// `ds_read2_b64`, ...): what LLVM splits under the bug when it cannot prove natural
+/// alignment. FLAT accesses that may reach LDS are left out, as LLVM 15 leaves them.
 fn multi_dword_lds_or_flat(i: &Insn) -> bool {
-    if !matches!(i.format, Format::Ds | Format::Flat) {
-        return false;
-    }
     let n = i.name;
-    [
-        "b64", "b96", "b128", "_u64", "_i64", "_f64", "dwordx2", "dwordx3", "dwordx4",
-    ]
-    .iter()
-    .any(|w| n.ends_with(w) || n.contains(&format!("{w}_")))
+    i.format == Format::Ds
+        && (n.starts_with("ds_read") || n.starts_with("ds_write"))
+        && (n.ends_with("_b64") || n.ends_with("_b96") || n.ends_with("_b128"))
 }
 
 /// The instructions `card` decodes otherwise.

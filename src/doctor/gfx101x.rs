@@ -200,13 +200,20 @@ impl Sites {
     }
 }
 
-/// Sites of the bugs that race (`race`), or of those that fault or hang.
+/// Sites of the bugs that race (`race`), or of those that fault or hang (never the
+/// possible sites of a bug that strikes only at an address the code does not tell).
 fn harm_sum(counts: &[usize; 12], race: bool) -> usize {
     Bug::ALL
         .iter()
-        .filter(|b| (b.harm() == Harm::Race) == race)
+        .filter(|b| certain(b.harm()) && (b.harm() == Harm::Race) == race)
         .map(|b| counts[b.index()])
         .sum()
+}
+
+/// Whether a bug's site is certain to run wrongly when it runs (not one that depends on an
+/// address's alignment).
+fn certain(h: Harm) -> bool {
+    h != Harm::IfMisaligned
 }
 
 fn sort_top(top: &mut [Top]) {
@@ -644,8 +651,14 @@ impl Totals {
         }
     }
 
+    /// Sites certain to run wrongly (possible ones apart: [`Totals::harm`] of
+    /// `Harm::IfMisaligned`).
     fn sites(&self) -> usize {
-        self.counts.iter().sum()
+        Bug::ALL
+            .iter()
+            .filter(|b| certain(b.harm()))
+            .map(|b| self.counts[b.index()])
+            .sum()
     }
 
     fn harm(&self, h: Harm) -> usize {
@@ -669,6 +682,7 @@ impl Totals {
             "fault": self.harm(Harm::Fault),
             "hang": self.harm(Harm::Hang),
             "race": self.harm(Harm::Race),
+            "if_misaligned": self.harm(Harm::IfMisaligned),
         })
     }
 }
@@ -1061,7 +1075,9 @@ fn classes(t: &Totals) -> String {
     let list = |race: bool| -> Vec<String> {
         Bug::ALL
             .iter()
-            .filter(|b| (b.harm() == Harm::Race) == race && t.counts[b.index()] > 0)
+            .filter(|b| {
+                certain(b.harm()) && (b.harm() == Harm::Race) == race && t.counts[b.index()] > 0
+            })
             .map(|b| format!("{} {}", b.mattr(), t.counts[b.index()]))
             .collect()
     };
@@ -1076,6 +1092,13 @@ fn classes(t: &Totals) -> String {
     }
     if !race.is_empty() {
         parts.push(format!("race: {}", race.join(", ")));
+    }
+    let possible = t.harm(Harm::IfMisaligned);
+    if possible > 0 {
+        parts.push(format!(
+            "wrong only if misaligned (alignment not known from the code): {} {possible}",
+            Bug::LdsMisaligned.mattr()
+        ));
     }
     if parts.is_empty() {
         "no site found".to_string()
@@ -1161,13 +1184,15 @@ fn library_names(scan: &Scan) -> String {
 fn counts_sentence(t: &Totals, card: Gfx) -> String {
     format!(
         "{} kernels, {} sites {card} executes wrongly ({} that fault, {} that hang, {} that \
-         race) and {} instructions it decodes otherwise",
+         race), {} instructions it decodes otherwise, and {} multi-dword LDS accesses it gets \
+         wrong if they are misaligned",
         t.kernels,
         t.sites(),
         t.harm(Harm::Fault),
         t.harm(Harm::Hang),
         t.harm(Harm::Race),
-        t.otherwise
+        t.otherwise,
+        t.harm(Harm::IfMisaligned)
     )
 }
 
