@@ -50,13 +50,7 @@ impl Sregs {
     /// `count` registers from operand number `first`; NULL and numbers past 127 are not
     /// registers.
     pub fn range(first: u32, count: u32) -> Sregs {
-        let mut s = 0u128;
-        for r in first..first.saturating_add(count).min(128) {
-            if r != u32::from(NULL) {
-                s |= 1 << r;
-            }
-        }
-        Sregs(s)
+        Sregs(bits(first, count, 128) & !(1 << NULL))
     }
     pub fn is_empty(self) -> bool {
         self.0 == 0
@@ -76,17 +70,36 @@ impl Sregs {
     }
 }
 
+/// Bits `first .. first + count` of a 128-bit word, clipped to `limit` (<= 128).
+fn bits(first: u32, count: u32, limit: u32) -> u128 {
+    let end = first.saturating_add(count).min(limit);
+    if first >= end {
+        return 0;
+    }
+    let width = end - first;
+    let mask = if width >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << width) - 1
+    };
+    mask << first
+}
+
 /// A set of VGPRs v0-v255.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Vregs(pub [u128; 2]);
 
 impl Vregs {
     pub fn range(first: u32, count: u32) -> Vregs {
-        let mut v = [0u128; 2];
-        for r in first..first.saturating_add(count).min(256) {
-            v[(r / 128) as usize] |= 1 << (r % 128);
-        }
-        Vregs(v)
+        let end = first.saturating_add(count).min(256);
+        let lo = bits(first, end.min(128).saturating_sub(first), 128);
+        let hi_first = first.max(128) - 128;
+        let hi = bits(
+            hi_first,
+            end.saturating_sub(128).saturating_sub(hi_first),
+            128,
+        );
+        Vregs([lo, hi])
     }
     pub fn is_empty(self) -> bool {
         self.0 == [0, 0]
@@ -994,3 +1007,28 @@ impl Insn {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_the_registers_named() {
+        for first in 0..300u32 {
+            for count in [0u32, 1, 2, 3, 4, 8, 16, 130, 300] {
+                let mut s = 0u128;
+                for r in first..first.saturating_add(count).min(128) {
+                    if r != u32::from(NULL) {
+                        s |= 1 << r;
+                    }
+                }
+                assert_eq!(Sregs::range(first, count), Sregs(s), "{first} {count}");
+                let mut v = [0u128; 2];
+                for r in first..first.saturating_add(count).min(256) {
+                    v[(r / 128) as usize] |= 1 << (r % 128);
+                }
+                assert_eq!(Vregs::range(first, count), Vregs(v), "{first} {count}");
+            }
+        }
+    }
+}
