@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, Method, write};
-use rmcp_testkit::{fixture, hip_fat_libraries, missing, which};
+use rmcp_testkit::{code_objects_row, fixture, hip_fat_libraries, missing, which};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -72,20 +72,9 @@ fn code_findings(j: &Value) -> Vec<&Value> {
         .collect()
 }
 
-/// The library row for `path`.
-fn row<'a>(j: &'a Value, path: &Path) -> &'a Value {
-    let want = std::fs::canonicalize(path).unwrap().display().to_string();
-    j["code_objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["path"] == want.as_str())
-        .unwrap_or_else(|| panic!("{want} not in {:#}", j["code_objects"]))
-}
-
 /// (verdict, status) of a library for the fixture's one GPU.
 fn verdict(j: &Value, path: &Path) -> (String, String) {
-    let g = &row(j, path)["gpus"][0];
+    let g = &code_objects_row(j, path)["gpus"][0];
     (
         g["verdict"].as_str().unwrap().to_string(),
         g["status"].as_str().unwrap().to_string(),
@@ -97,7 +86,7 @@ fn pair(v: &str, s: &str) -> (String, String) {
 }
 
 fn targets(j: &Value, path: &Path) -> Vec<String> {
-    row(j, path)["targets"]
+    code_objects_row(j, path)["targets"]
         .as_array()
         .unwrap()
         .iter()
@@ -148,8 +137,8 @@ fn hipcc_library_without_the_cards_code() {
     let lib = dir.join("libk_1030_900.so");
     let (code, j) = json("rdna1", &[&lib], &[]);
     assert_eq!(targets(&j, &lib), ["gfx900", "gfx1030"]);
-    assert_eq!(row(&j, &lib)["format"], "plain");
-    assert_eq!(row(&j, &lib)["bundles"], 1);
+    assert_eq!(code_objects_row(&j, &lib)["format"], "plain");
+    assert_eq!(code_objects_row(&j, &lib)["bundles"], 1);
     assert_eq!(verdict(&j, &lib), pair("missing", "error"));
     assert_eq!(code, Some(1));
     let m = message_for(&j, "missing");
@@ -165,7 +154,10 @@ fn hipcc_library_without_the_cards_code() {
     // The usual workaround: the runtime loads the gfx1030 code on gfx1010 silicon.
     let (code, j) = json("rdna1", &[&lib], &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
     assert_eq!(verdict(&j, &lib), pair("override", "error"));
-    assert_eq!(row(&j, &lib)["gpus"][0]["runtime_gfx"], "gfx1030");
+    assert_eq!(
+        code_objects_row(&j, &lib)["gpus"][0]["runtime_gfx"],
+        "gfx1030"
+    );
     assert_eq!(code, Some(1));
     let m = message_for(&j, "override");
     assert!(m.contains("RDNA2 code on RDNA1 silicon"), "{m}");
@@ -302,7 +294,7 @@ fn compressed_bundles_and_generic_targets() {
     )
     .unwrap();
     let (_, j) = json("rdna1", &[&lib], &[]);
-    let r = row(&j, &lib);
+    let r = code_objects_row(&j, &lib);
     assert_eq!(r["format"], "compressed-bundle");
     assert_eq!(r["compression"], "zlib v1, zlib v2, zstd v3");
     assert_eq!(r["bundles"], bundles.len());
@@ -347,11 +339,11 @@ fn tensile_and_kernel_databases() {
     std::fs::write(kdb.join("gfx1030_36.kdb"), b"").unwrap();
     let (code, j) = json("rdna1", &[tmp.path()], &[]);
     assert_eq!(targets(&j, &tensile), ["gfx90a:xnack+", "gfx1030"]);
-    assert_eq!(row(&j, &tensile)["format"], "tensile");
-    assert_eq!(row(&j, &tensile)["name"], "rocBLAS (Tensile)");
+    assert_eq!(code_objects_row(&j, &tensile)["format"], "tensile");
+    assert_eq!(code_objects_row(&j, &tensile)["name"], "rocBLAS (Tensile)");
     assert_eq!(verdict(&j, &tensile), pair("missing", "error"));
     assert!(message_for(&j, "missing").contains("Cannot read TensileLibrary.dat"));
-    assert_eq!(row(&j, &kdb)["format"], "kdb");
+    assert_eq!(code_objects_row(&j, &kdb)["format"], "kdb");
     assert_eq!(verdict(&j, &kdb), pair("missing", "info"));
     assert_eq!(code, Some(1));
     // RDNA2 with the override: Tensile gfx1030 files and the gfx1030 database serve it.
@@ -437,7 +429,7 @@ fn default_places_include_python_site_packages() {
             .success()
     );
     let (_, j) = json("rdna1", &[], &[("RMCP_PYTHON", py.to_str().unwrap())]);
-    let r = row(&j, &lib);
+    let r = code_objects_row(&j, &lib);
     assert_eq!(r["name"], "PyTorch");
     assert_eq!(
         r["package"].as_str().unwrap(),
@@ -520,7 +512,7 @@ fn debian_rocsparse_against_llvms_bundler() {
         ours, llvm,
         "rmcp's targets against clang-offload-bundler --list"
     );
-    let r = row(&j, lib);
+    let r = code_objects_row(&j, lib);
     assert_eq!(r["name"], "rocSPARSE");
     assert!(
         r["package"].as_str().unwrap().starts_with("librocsparse0 "),
@@ -636,7 +628,7 @@ fn debian_sid_rocblas_and_its_tensile_files() {
             "{fixture_name} Tensile"
         );
         assert!(
-            row(&j, &lib)["package"]
+            code_objects_row(&j, &lib)["package"]
                 .as_str()
                 .unwrap()
                 .starts_with("librocblas4 ")

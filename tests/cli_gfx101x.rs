@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use rmcp_core::code_objects::{FATBIN_SECTION, Method, write};
 use rmcp_core::gfx101x::Bug;
 use rmcp_core::remedy::PYTORCH_ORG_TARGETS;
-use rmcp_testkit::{fixture, hip_fat_libraries, missing, which};
+use rmcp_testkit::{code_objects_row, fixture, hip_fat_libraries, missing, which};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -67,20 +67,9 @@ fn text(sysfs: &str, scan: &[&Path], vars: &[(&str, &str)], cache: &Path) -> Str
     t
 }
 
-/// The library row for `path`.
-fn row<'a>(j: &'a Value, path: &Path) -> &'a Value {
-    let want = std::fs::canonicalize(path).unwrap().display().to_string();
-    j["code_objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["path"] == want.as_str())
-        .unwrap_or_else(|| panic!("{want} not in {:#}", j["code_objects"]))
-}
-
 /// The row's scan for the fixture's one GPU (None: not scanned).
 fn sites<'a>(j: &'a Value, path: &Path) -> Option<&'a Value> {
-    row(j, path)["gpus"][0].get("gfx101x")
+    code_objects_row(j, path)["gpus"][0].get("gfx101x")
 }
 
 /// The gfx101x-sites finding, if any.
@@ -181,7 +170,10 @@ fn debian_rocsparse_gfx1030_code_on_gfx1010() {
     assert_eq!(s["card"], "gfx1010");
     assert_eq!(s["runtime_gfx"], "gfx1030");
     // One gfx1030 object per bundle (every bundle of Debian's build has one).
-    assert_eq!(n(&s["code_objects"]), n(&row(&j, lib)["bundles"]));
+    assert_eq!(
+        n(&s["code_objects"]),
+        n(&code_objects_row(&j, lib)["bundles"])
+    );
     assert_eq!(n(&s["unscanned_count"]), 0, "{:#}", s["unscanned"]);
     assert!(n(&s["kernels"]) > 1000, "{}", s["kernels"]);
     assert!(n(&s["instructions"]) > n(&s["kernels"]));
@@ -436,10 +428,10 @@ fn a_gfx1010_build_gives_the_scan_nothing() {
     let cache = tempfile::tempdir().unwrap();
     let j = json("rdna1", &[lib1010], &[OVERRIDE], cache.path());
     assert_eq!(
-        row(&j, lib1010)["gpus"][0]["verdict"],
+        code_objects_row(&j, lib1010)["gpus"][0]["verdict"],
         "override-misses",
         "{:#}",
-        row(&j, lib1010)
+        code_objects_row(&j, lib1010)
     );
     assert!(sites(&j, lib1010).is_none());
     assert!(sites_finding(&j).is_none());

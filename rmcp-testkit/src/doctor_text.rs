@@ -94,3 +94,18 @@ mod tests {
         );
     }
 }
+
+/// The `code_objects` row of `rmcp doctor --json` output `j` for the library at `path`
+/// (compared as the doctor gives it: canonical). Panics, listing the rows, when none is.
+pub fn code_objects_row<'a>(
+    j: &'a serde_json::Value,
+    path: &std::path::Path,
+) -> &'a serde_json::Value {
+    let want = std::fs::canonicalize(path).unwrap().display().to_string();
+    j["code_objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == want.as_str())
+        .unwrap_or_else(|| panic!("{want} not in {:#}", j["code_objects"]))
+}
