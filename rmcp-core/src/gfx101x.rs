@@ -516,7 +516,7 @@ fn local_sites(insns: &[(usize, Insn)], wgp_mode: bool, sites: &mut Vec<Site>) {
                 site(Bug::NsaClause);
             }
         }
-        if wgp_mode && multi_dword_lds_or_flat(i) {
+        if wgp_mode && multi_dword_lds(i) {
             site(Bug::LdsMisaligned);
         }
     }
@@ -525,7 +525,7 @@ fn local_sites(insns: &[(usize, Insn)], wgp_mode: bool, sites: &mut Vec<Site>) {
 /// An LDS read or write of more than one dword at once (`ds_read_b64`, `ds_write_b128`,
 /// `ds_read2_b64`, ...): what LLVM splits under the bug when it cannot prove natural
 /// alignment. FLAT accesses that may reach LDS are left out, as LLVM 15 leaves them.
-fn multi_dword_lds_or_flat(i: &Insn) -> bool {
+fn multi_dword_lds(i: &Insn) -> bool {
     let n = i.name;
     i.format == Format::Ds
         && (n.starts_with("ds_read") || n.starts_with("ds_write"))

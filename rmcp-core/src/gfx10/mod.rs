@@ -549,7 +549,7 @@ impl Draft {
                 let w1 = w1();
                 let srcs = [w1 & 0x1ff, (w1 >> 9) & 0x1ff, (w1 >> 18) & 0x1ff];
                 // Only the sources the opcode has can announce a literal.
-                let used: Vec3 = core::array::from_fn(|k| {
+                let used: [u32; 3] = core::array::from_fn(|k| {
                     if self.op.field(k + 1) != 0 {
                         srcs[k]
                     } else {
@@ -761,7 +761,6 @@ impl Draft {
     }
 
     fn finish(mut self, wave64: bool) -> Insn {
-        let _ = wave64;
         let f = self.op.flags;
         if f & ops::RVCC != 0 {
             self.implicit |= implicit::READS_VCC;
@@ -807,8 +806,6 @@ impl Draft {
         }
     }
 }
-
-type Vec3 = [u32; 3];
 
 /// A draft-only implicit bit: a VOPC SDWA compare that writes an SGPR, not VCC.
 const NO_VCC_WRITE: u8 = 0x80;
@@ -894,24 +891,20 @@ impl Insn {
         self.implicit_swrites()
     }
     /// Whether a VALU instruction has an SGPR destination operand LLVM names `sdst` (a
-    /// VOP3b carry-out, a compare's in VOP3 form), even one that is NULL, or an implicit
-    /// SGPR write (VCC, EXEC): what ends LLVM's v_cmpx EXEC WAR hazard.
+    /// VOP3b carry-out, a compare's in VOP3 form, a VOPC SDWA's), even one that is NULL,
+    /// or an implicit SGPR write (VCC, EXEC): what ends LLVM's v_cmpx EXEC WAR hazard.
     pub fn valu_has_sdst(&self) -> bool {
         if !self.format.is_valu() {
             return false;
         }
-        let named = self.format == Format::Vop3
-            && (self.ops.field(4) != 0 || (self.opcode < 0x100 && self.ops.is_sgpr_field(0)));
-        named
-            || !self.implicit_swrites().is_empty()
-            || !self.swrites_sdwa_or_vop3_compare().is_empty()
-    }
-    fn swrites_sdwa_or_vop3_compare(&self) -> Sregs {
-        if self.is_compare() {
-            self.swrites
-        } else {
-            Sregs::EMPTY
-        }
+        let named = match self.format {
+            Format::Vop3 => {
+                self.ops.field(4) != 0 || (self.opcode < 0x100 && self.ops.is_sgpr_field(0))
+            }
+            Format::Vopc => !self.swrites.is_empty(),
+            _ => false,
+        };
+        named || !self.implicit_swrites().is_empty()
     }
     /// `v_readlane_b32` or `v_readfirstlane_b32`.
     pub fn is_readlane(&self) -> bool {
@@ -975,24 +968,6 @@ impl Insn {
     /// A branch (SOPP `s_branch`, `s_cbranch_*`): LLVM's `isBranch`.
     pub fn is_branch(&self) -> bool {
         self.format == Format::Sopp && matches!(self.control, Control::Branch { .. })
-    }
-    /// A memory instruction's data width, loads and stores (for MIMG, from DMASK).
-    pub fn is_load(&self) -> bool {
-        self.ops.has(ops::LOAD)
-    }
-    pub fn is_store(&self) -> bool {
-        self.ops.has(ops::STORE)
-    }
-    pub fn is_atomic(&self) -> bool {
-        self.ops.has(ops::ATOMIC)
-    }
-    /// The data registers of a DS instruction (its widest data or destination field).
-    pub fn ds_width(&self) -> u32 {
-        [0, 2, 3]
-            .iter()
-            .filter_map(|&i| self.ops.vector_width(i))
-            .max()
-            .unwrap_or(0)
     }
     /// How `card` (gfx1010, gfx1011 or gfx1012; gfx1013 reads as gfx1010) reads these
     /// bits when they are gfx1030 code.
