@@ -269,6 +269,7 @@ fn faults(path: &Path) -> Result<Value, String> {
         "file": path.display().to_string(),
         "faults": checked.faults,
         "buffer_descriptors": checked.buffer_descriptors,
+        "override_fixes": checked.override_fixes,
         "cut": checked.cut,
     }))
 }
@@ -495,6 +496,19 @@ fn code_objects(stats: &Value) -> String {
         n("warned"),
         n("fallbacks")
     );
+    let o = &stats["override_fixes"];
+    if o.is_object() {
+        let n = |k: &str| o[k].as_u64().unwrap_or(0);
+        s += &format!(
+            "\nUnder `HSA_OVERRIDE_GFX_VERSION` on a gfx1010-gfx1013 card, gfx103x code fixed in \
+             place (`s_inst_prefetch` and `s_clause` around an NSA image instruction became \
+             `s_nop 0`; `RMCP_OVERRIDE_FIXES`): {} code objects fixed ({} instructions), {} \
+             loaded as they were with a warning.\n",
+            n("fixed"),
+            n("instructions_fixed"),
+            n("warned")
+        );
+    }
     s
 }
 

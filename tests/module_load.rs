@@ -715,3 +715,104 @@ fn real_triton_on_7_2_4_gets_its_kernel_fixed_under_rmcp() {
     assert_eq!(said.len(), 1, "{}", with.stderr);
     assert!(said[0].contains("hipModuleLoadDataEx"), "{said:?}");
 }
+
+/// The `.text` of `image` with every `s_inst_prefetch` word (SOPP op 0x20, 4-byte aligned)
+/// as `s_nop 0`: the test's own rewrite, not the shim's.
+fn prefetch_fixed(text: &[u8]) -> Vec<u8> {
+    let mut out = text.to_vec();
+    for w in out.chunks_exact_mut(4) {
+        if u32::from_le_bytes([w[0], w[1], w[2], w[3]]) >> 16 == 0xbfa0 {
+            w.copy_from_slice(&0xbf80_0000u32.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Issue 40 item 1: under HSA_OVERRIDE_GFX_VERSION=10.3.0 on the emulated RX 5700 XT
+/// (gfx1010), a gfx1030 module holding `s_inst_prefetch` loaded from memory reaches the GPU
+/// with `s_nop 0` in that word and every other byte as it was; `warn` and `off` load it as
+/// it is; an RDNA2 card (the gfx1031 fixture) under the same override, and hipModuleLoad,
+/// get it unchanged. Each said once, counted in the report's `override_fixes`.
+#[test]
+fn on_5_2_3_under_the_override_the_prefetch_becomes_s_nop_only_on_rdna1() {
+    let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some(co) = kernel_object_of(
+        d,
+        "gfx1030",
+        "extern \"C\" __global__ void copy(int *p) {\n\
+         \x20 asm volatile(\"s_inst_prefetch 0x1\");\n\
+         \x20 p[threadIdx.x] = 1;\n}\n",
+    ) else {
+        return;
+    };
+    let image = std::fs::read(&co).unwrap();
+    let original = text_of(&image);
+    let fixed = prefetch_fixed(&original);
+    assert_ne!(original, fixed, "the kernel holds s_inst_prefetch");
+    let code = Code {
+        original,
+        fixed: fixed.clone(),
+    };
+    let file = co.to_str().unwrap();
+    let over = ("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+    let said = |r: &Ran| -> Vec<String> {
+        r.stderr
+            .lines()
+            .filter(|l| l.starts_with("rmcp[") && l.contains("gfx103x code"))
+            .map(str::to_string)
+            .collect()
+    };
+    let count = |r: &Ran, f: &str| r.stats["override_fixes"][f].as_u64().unwrap_or(u64::MAX);
+    for mode in ["data", "dataex"] {
+        let args = [mode, file, "copy"];
+        let none = run5(&lib, d, "rdna1", false, &[over], &args);
+        assert_eq!(none.stdout, LOADED, "{mode} without rmcp: {}", none.stderr);
+        assert_eq!(seen(&none.dump, &code), Seen::Original, "{mode}");
+
+        let with = run5(&lib, d, "rdna1", true, &[over], &args);
+        assert_eq!(with.stdout, LOADED, "{mode} with rmcp: {}", with.stderr);
+        assert_eq!(
+            seen(&with.dump, &code),
+            Seen::Fixed,
+            "{mode}: {}",
+            with.stderr
+        );
+        assert_eq!(
+            (count(&with, "fixed"), count(&with, "instructions_fixed")),
+            (1, 1)
+        );
+        let s = said(&with);
+        assert_eq!(s.len(), 1, "{}", with.stderr);
+        assert!(
+            s[0].contains("1 s_inst_prefetch") && s[0].contains("became s_nop 0"),
+            "{s:?}"
+        );
+
+        let warn = [over, ("RMCP_OVERRIDE_FIXES", "warn")];
+        let w = original_under_rmcp(&lib, d, "rdna1", &warn, &args, &code, "warn");
+        assert_eq!((count(&w, "fixed"), count(&w, "warned")), (0, 1));
+        let s = said(&w);
+        assert!(
+            s.len() == 1 && s[0].contains("would become s_nop 0"),
+            "{s:?}"
+        );
+
+        let off = [over, ("RMCP_OVERRIDE_FIXES", "off")];
+        let o = original_under_rmcp(&lib, d, "rdna1", &off, &args, &code, "off");
+        assert_eq!((count(&o, "fixed"), count(&o, "warned")), (0, 0));
+        assert!(said(&o).is_empty(), "{}", o.stderr);
+
+        // An RDNA2 card under the same override runs its own family's code: unchanged.
+        let r = original_under_rmcp(&lib, d, "rdna2", &[over], &args, &code, "rdna2");
+        assert_eq!(count(&r, "fixed"), 0);
+        assert!(said(&r).is_empty(), "{}", r.stderr);
+    }
+    // hipModuleLoad: never changed.
+    let f = run5(&lib, d, "rdna1", true, &[over], &["file", file, "copy"]);
+    assert_eq!(f.stdout, LOADED, "{}", f.stderr);
+    assert_eq!(seen(&f.dump, &code), Seen::Original);
+}

@@ -125,6 +125,18 @@ choices! {
         Off = "off",
     }
 
+    /// What the shim does, on a gfx1010-gfx1013 GPU that an override makes run gfx103x code,
+    /// with a module loaded from memory whose gfx103x code holds what can be fixed in place
+    /// (`rmcp_core::gfx101x::in_place_fixes`).
+    pub enum OverrideFixes {
+        /// Forward a private copy with `s_nop 0` in those words.
+        Fix = "fix",
+        /// Forward the original and say what a fix would change.
+        Warn = "warn",
+        /// Do nothing.
+        Off = "off",
+    }
+
     /// Whether the programs rmcp starts get the variables that keep other software's
     /// known-wrong GPU code away (`quirks`).
     pub enum Quirks {
@@ -280,6 +292,9 @@ config! {
     buffer_descriptors: BufferDescriptors = "RMCP_BUFFER_DESCRIPTORS",
         default BufferDescriptors::Fix, shown "fix",
         help "A gfx1010-gfx1013 code object loaded from memory (`hipModuleLoadData`, `hipModuleLoadDataEx`) on a gfx1010-gfx1013 GPU whose buffer instructions take descriptors those GPUs drop (Triton's buffer ops: loads read 0, stores write nothing): `fix` hands the runtime a private copy with those descriptor literals in the RDNA layout, `warn` loads the original and says what to do, `off` does nothing. `RMCP_MODE=off` also leaves images alone; `dry-run` warns.";
+    override_fixes: OverrideFixes = "RMCP_OVERRIDE_FIXES", default OverrideFixes::Fix,
+        shown "fix",
+        help "On a gfx1010-gfx1013 GPU that `HSA_OVERRIDE_GFX_VERSION` makes run gfx103x code, a module loaded from memory (`hipModuleLoadData`, `hipModuleLoadDataEx`) whose gfx103x code holds `s_inst_prefetch` (gfx101x hangs on it) or an `s_clause` around an NSA image instruction: `fix` hands the runtime a private copy with `s_nop 0` in those words (same size, no result changed: docs/design.md), `warn` loads the original and says what a fix would change, `off` does nothing. Said once per process with what was fixed and what cannot be fixed in place; `RMCP_MODE=off` also leaves images alone; `dry-run` warns.";
     quirks: Quirks = "RMCP_QUIRKS", default Quirks::On, shown "on",
         help "`on`: `rmcp run`, the container entrypoint and `rmcp_rdna.enable()` set `AMDGCN_USE_BUFFER_OPS=0` (and a separate `TORCHINDUCTOR_CACHE_DIR`) for programs on a machine with an RX 5000 (gfx1010-gfx1013), unless already set; `off`: they set neither.";
 }

@@ -24,6 +24,9 @@
 //! pub struct ObjectSites { target, gfx, at, len, gfx103x: bool, kernels, functions }
 //! pub struct ImageSites { objects, compressed_skipped }
 //! pub fn scan_image(image: &[u8], card: Gfx) -> Result<ImageSites, ImageError>;
+//! pub struct InPlaceFix { at, bug, old: u32, new: u32 }
+//! pub fn in_place_fixes(image: &[u8], card: Gfx) -> Result<InPlace, ImageError>;
+//! pub fn apply(image: &[u8], fixes: &[InPlaceFix]) -> Option<Vec<u8>>;
 //! ```
 //!
 //! Offsets in a [`CodeSites`] are relative to the code handed in; everything else is an
@@ -678,6 +681,106 @@ pub fn scan_image(image: &[u8], card: Gfx) -> Result<ImageSites, ImageError> {
         });
     }
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// What can be fixed in place
+// ---------------------------------------------------------------------------------------
+
+/// `s_nop 0`: what a fixed word becomes.
+pub const S_NOP_0: u32 = 0xbf80_0000;
+
+/// One same-size word change: the 4 bytes at `at` (an offset in the image) hold `old`
+/// and become `new`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InPlaceFix {
+    pub at: usize,
+    pub bug: Bug,
+    pub old: u32,
+    pub new: u32,
+}
+
+/// What [`in_place_fixes`] found: the fixes, and the sites of every bug that no fix
+/// covers (per bug, over the image's gfx103x code), and the instructions decoded
+/// otherwise (none of which is fixed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InPlace {
+    pub fixes: Vec<InPlaceFix>,
+    pub left: Counts,
+    pub otherwise: usize,
+    /// Functions the decoder could not read to the end (nothing in them is fixed).
+    pub undecodable: usize,
+}
+
+/// The bugs an in-place fix covers: each site is one word that becomes `s_nop 0`.
+/// `s_inst_prefetch` only changes how far ahead the wave fetches instructions (LLVM
+/// never emits it for gfx101x: "causes shader to hang"); `s_clause` only asks the hardware
+/// to issue the next instructions as a clause (LLVM forms none around an NSA image
+/// instruction for gfx101x). Neither touches a register, memory or control flow, and
+/// `s_nop 0` is one wait state in the same 4 bytes (docs/design.md argues it from the ISA).
+pub fn fixable(bug: Bug) -> bool {
+    matches!(bug, Bug::InstFwdPrefetch | Bug::NsaClause)
+}
+
+/// The in-place fixes of an image's gfx103x code as `card` (gfx1010-gfx1013) would run
+/// it (a bare ELF or a plain offload bundle; offsets in the image).
+pub fn in_place_fixes(image: &[u8], card: Gfx) -> Result<InPlace, ImageError> {
+    let (places, _) = amdgpu::places(image)?;
+    let mut out = InPlace::default();
+    for p in places {
+        let elf = &image[p.at..p.at + p.len];
+        let object = amdgpu::object(elf, p.bundle_target.as_deref())?;
+        if !(gfx103x_target(&object.target) && gfx103x_target(&object.header_target)) {
+            continue;
+        }
+        for f in &object.functions {
+            let code = &elf[f.start..f.end];
+            let scan = scan_code(
+                code,
+                card,
+                f.wave64.unwrap_or(false),
+                f.wgp_mode.unwrap_or(true),
+            );
+            if scan.undecodable.is_some() {
+                out.undecodable += 1;
+                continue;
+            }
+            out.otherwise += scan.otherwise.len();
+            for site in &scan.sites {
+                let word = code
+                    .get(site.at..site.at + 4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                match word {
+                    Some(old) if fixable(site.bug) => out.fixes.push(InPlaceFix {
+                        at: p.at + f.start + site.at,
+                        bug: site.bug,
+                        old,
+                        new: S_NOP_0,
+                    }),
+                    _ => out.left[site.bug.index()] += 1,
+                }
+            }
+        }
+    }
+    out.fixes.sort_by_key(|f| f.at);
+    out.fixes.dedup_by_key(|f| f.at);
+    Ok(out)
+}
+
+/// A private copy of `image` with `fixes` applied (same size; nothing else changed). None
+/// when there is nothing to fix, or when a fix does not describe `image` (its word is not
+/// where and what it says).
+pub fn apply(image: &[u8], fixes: &[InPlaceFix]) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
+    for f in fixes {
+        let end = f.at.checked_add(4)?;
+        if image.get(f.at..end)? != f.old.to_le_bytes() {
+            return None;
+        }
+        let copy = out.get_or_insert_with(|| image.to_vec());
+        copy[f.at..end].copy_from_slice(&f.new.to_le_bytes());
+    }
+    out
 }
 
 #[cfg(test)]

@@ -8,8 +8,12 @@
 //! Only a gfx1010-gfx1013 device is changed for, and only for an image the scan found
 //! broken (the scan flags gfx1010-gfx1013 code objects only): another GPU, an unknown one,
 //! a clean or unreadable image all go through as they are.
+//!
+//! The same hooks fix in place, under `RMCP_OVERRIDE_FIXES`, the gfx103x code a
+//! gfx1010-gfx1013 card runs under `HSA_OVERRIDE_GFX_VERSION` ([`override_action`],
+//! `rmcp_core::gfx101x::in_place_fixes`, issue 40).
 
-use crate::config::{BufferDescriptors, Mode};
+use crate::config::{BufferDescriptors, Mode, OverrideFixes};
 use crate::gfx::Gfx;
 
 /// gfx1010-gfx1013 (RDNA1): the GPUs whose buffer instructions drop Triton's layout.
@@ -89,10 +93,36 @@ pub fn decide(
     }
 }
 
-/// Whether the shim reads the image at all: not with `off` (nothing is done) nor with
-/// RMCP_MODE=off (everything is forwarded unchanged).
-pub fn scans(setting: BufferDescriptors, mode: Mode) -> bool {
-    setting != BufferDescriptors::Off && mode != Mode::Off
+/// Whether the shim reads the image at all: for the descriptors unless they are `off`, for
+/// the in-place fixes only `under_override` (a gfx1010-gfx1013 card an override makes run
+/// gfx103x code) unless they are `off`; never with RMCP_MODE=off (everything is forwarded
+/// unchanged).
+pub fn scans(
+    setting: BufferDescriptors,
+    overrides: OverrideFixes,
+    under_override: bool,
+    mode: Mode,
+) -> bool {
+    (setting != BufferDescriptors::Off || (overrides != OverrideFixes::Off && under_override))
+        && mode != Mode::Off
+}
+
+/// What to do with the in-place fixes an image's gfx103x code has, on a gfx1010-gfx1013
+/// card an override makes run it (`under_override`): as [`decide`] does for descriptors.
+pub fn override_action(
+    setting: OverrideFixes,
+    mode: Mode,
+    under_override: bool,
+    fixes: usize,
+) -> LoadAction {
+    if setting == OverrideFixes::Off || mode == Mode::Off || !under_override || fixes == 0 {
+        return LoadAction::Forward;
+    }
+    match (setting, mode) {
+        (OverrideFixes::Warn, _) => LoadAction::Warn { dry_run: false },
+        (_, Mode::DryRun) => LoadAction::Warn { dry_run: true },
+        _ => LoadAction::Fix,
+    }
 }
 
 #[cfg(test)]
@@ -203,9 +233,73 @@ mod tests {
 
     #[test]
     fn nothing_is_read_when_off() {
-        assert!(scans(BufferDescriptors::Fix, Mode::Auto));
-        assert!(scans(BufferDescriptors::Warn, Mode::DryRun));
-        assert!(!scans(BufferDescriptors::Off, Mode::Auto));
-        assert!(!scans(BufferDescriptors::Fix, Mode::Off));
+        let off = OverrideFixes::Off;
+        assert!(scans(BufferDescriptors::Fix, off, true, Mode::Auto));
+        assert!(scans(BufferDescriptors::Warn, off, false, Mode::DryRun));
+        assert!(!scans(BufferDescriptors::Off, off, true, Mode::Auto));
+        assert!(!scans(BufferDescriptors::Fix, off, true, Mode::Off));
+    }
+
+    #[test]
+    fn override_fixes_table() {
+        use LoadAction::*;
+        for (setting, mode, under, fixes, want) in [
+            (OverrideFixes::Fix, Mode::Auto, true, 2, Fix),
+            (OverrideFixes::Fix, Mode::Force, true, 1, Fix),
+            (
+                OverrideFixes::Fix,
+                Mode::DryRun,
+                true,
+                1,
+                Warn { dry_run: true },
+            ),
+            (
+                OverrideFixes::Warn,
+                Mode::Auto,
+                true,
+                1,
+                Warn { dry_run: false },
+            ),
+            (OverrideFixes::Off, Mode::Auto, true, 1, Forward),
+            (OverrideFixes::Fix, Mode::Off, true, 1, Forward),
+            (OverrideFixes::Fix, Mode::Auto, false, 1, Forward),
+            (OverrideFixes::Fix, Mode::Auto, true, 0, Forward),
+        ] {
+            assert_eq!(
+                override_action(setting, mode, under, fixes),
+                want,
+                "{setting:?} {mode:?} {under} {fixes}"
+            );
+        }
+        assert!(scans(
+            BufferDescriptors::Off,
+            OverrideFixes::Fix,
+            true,
+            Mode::Auto
+        ));
+        assert!(!scans(
+            BufferDescriptors::Off,
+            OverrideFixes::Fix,
+            false,
+            Mode::Auto
+        ));
+        assert!(scans(
+            BufferDescriptors::Fix,
+            OverrideFixes::Off,
+            false,
+            Mode::Auto
+        ));
+        assert!(!scans(
+            BufferDescriptors::Off,
+            OverrideFixes::Off,
+            true,
+            Mode::Auto
+        ));
+        assert!(!scans(
+            BufferDescriptors::Fix,
+            OverrideFixes::Fix,
+            true,
+            Mode::Off
+        ));
     }
 }

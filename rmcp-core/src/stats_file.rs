@@ -52,6 +52,9 @@ pub struct StatsFaults {
     /// The `buffer_descriptors` counters (what the load-time fix saw and did), each a
     /// non-negative integer; None when the file has none (an rmcp without the fix wrote it).
     pub buffer_descriptors: Option<Map<String, Value>>,
+    /// The `override_fixes` counters (the in-place fixes of gfx103x code under an
+    /// override), each a non-negative integer; None when the file has none.
+    pub override_fixes: Option<Map<String, Value>>,
     /// Every place something was cut, as a phrase: `faults[0].address: 10485760 bytes, 64
     /// shown`.
     pub cut: Vec<String>,
@@ -122,6 +125,14 @@ const BUFFER_DESCRIPTORS: &[(&str, Type)] = &[
     ("warned", Type::Count),
     ("instructions_fixed", Type::Count),
     ("fallbacks", Type::Count),
+];
+
+/// The in-place fixes' counters under an override (rmcp-shim's `report.rs`,
+/// `override_fixes`).
+const OVERRIDE_FIXES: &[(&str, Type)] = &[
+    ("fixed", Type::Count),
+    ("instructions_fixed", Type::Count),
+    ("warned", Type::Count),
 ];
 
 /// The JSON type of `v`, as a sentence names it.
@@ -199,25 +210,22 @@ pub fn parse(bytes: &[u8]) -> Result<StatsFaults, Problem> {
             )));
         }
     };
-    let buffer_descriptors = match top.remove("buffer_descriptors") {
-        None => None,
-        Some(Value::Object(fields)) => Some(object(
-            fields,
-            BUFFER_DESCRIPTORS,
-            "buffer_descriptors",
-            0,
-            &mut cut,
-        )?),
-        Some(other) => {
-            return Err(Problem(format!(
-                "`buffer_descriptors` is {}, not an object",
+    let mut counters = |key: &str, known: &[(&str, Type)]| -> Result<_, Problem> {
+        match top.remove(key) {
+            None => Ok(None),
+            Some(Value::Object(fields)) => Ok(Some(object(fields, known, key, 0, &mut cut)?)),
+            Some(other) => Err(Problem(format!(
+                "`{key}` is {}, not an object",
                 type_name(&other)
-            )));
+            ))),
         }
     };
+    let buffer_descriptors = counters("buffer_descriptors", BUFFER_DESCRIPTORS)?;
+    let override_fixes = counters("override_fixes", OVERRIDE_FIXES)?;
     Ok(StatsFaults {
         faults,
         buffer_descriptors,
+        override_fixes,
         cut,
     })
 }

@@ -30,7 +30,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use rmcp_core::buffer_descriptors::{self as descriptors, ImageScan};
+use rmcp_core::config::{Mode, OverrideFixes};
 use rmcp_core::gfx::Gfx;
+use rmcp_core::gfx101x;
 use rmcp_core::module_load::{self as decision, LoadAction, LoadDevice, Scanned};
 use rmcp_core::policy;
 use rmcp_sys::{HipApi, HipError, error};
@@ -50,6 +52,7 @@ static KEPT: AtomicU64 = AtomicU64::new(0);
 static SAID: AtomicBool = AtomicBool::new(false);
 static SAID_FULL: AtomicBool = AtomicBool::new(false);
 static SAID_FALLBACK: AtomicBool = AtomicBool::new(false);
+static SAID_OVERRIDE: AtomicBool = AtomicBool::new(false);
 
 /// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
 /// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
@@ -227,23 +230,43 @@ fn device(global: &Global, binding: &Binding, ask: bool) -> LoadDevice {
 struct Prepared {
     action: LoadAction,
     broken: Option<Broken>,
+    /// Under an override that makes a gfx1010-gfx1013 card run gfx103x code: what can be
+    /// fixed in place, what cannot, and what is done.
+    overrides: Option<Overrides>,
     /// The fixed copy to forward (kept for the process's life).
     fixed: Option<&'static [u8]>,
     /// The keep limit turned a fix into a warning.
     full: bool,
 }
 
+/// The in-place fixes of one image's gfx103x code (`gfx101x::in_place_fixes`).
+struct Overrides {
+    card: Gfx,
+    action: LoadAction,
+    found: gfx101x::InPlace,
+    /// `RMCP_OVERRIDE_FIXES=off` (or `RMCP_MODE=off`): nothing done, nothing said.
+    off: bool,
+}
+
 const UNTOUCHED: Prepared = Prepared {
     action: LoadAction::Forward,
     broken: None,
+    overrides: None,
     fixed: None,
     full: false,
 };
 
 fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared {
     let cfg = global.config;
+    let card = crate::gfx101x::card(global.topology.as_ref());
     // An exempt caller (RMCP_EXEMPT) is left alone, its images too.
-    if !decision::scans(cfg.buffer_descriptors, cfg.mode) || binding.exempt {
+    if !decision::scans(
+        cfg.buffer_descriptors,
+        cfg.override_fixes,
+        card.is_some(),
+        cfg.mode,
+    ) || binding.exempt
+    {
         return UNTOUCHED;
     }
     stats::record_image(Image::Scanned, 1);
@@ -256,10 +279,19 @@ fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared
         return UNTOUCHED;
     };
     // Under an override that makes a gfx101x card run gfx103x code: its hardware-bug
-    // sites, kept for the fault block.
-    if let Some(card) = crate::gfx101x::card(global.topology.as_ref()) {
+    // sites, kept for the fault block, and what can be fixed in place.
+    let overrides = card.and_then(|card| {
         crate::gfx101x::scan_loaded(card, &bytes);
-    }
+        let found = gfx101x::in_place_fixes(&bytes, card).ok()?;
+        let action =
+            decision::override_action(cfg.override_fixes, cfg.mode, true, found.fixes.len());
+        Some(Overrides {
+            card,
+            action,
+            found,
+            off: cfg.override_fixes == OverrideFixes::Off || cfg.mode == Mode::Off,
+        })
+    });
     let found = broken(&scan);
     let scanned = if found.is_some() {
         stats::record_image(Image::Broken, 1);
@@ -273,26 +305,46 @@ fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared
     let mut p = Prepared {
         action,
         broken: found,
+        overrides,
         fixed: None,
         full: false,
     };
+    // One private copy with both fixes (they change words of different code objects).
+    let mut copy: Option<Vec<u8>> = None;
     if action == LoadAction::Fix {
-        let Some(fixed) = descriptors::fix_image(&bytes, &scan) else {
-            return UNTOUCHED;
-        };
-        if fixed.len() != bytes.len() {
-            return UNTOUCHED;
+        copy = descriptors::fix_image(&bytes, &scan);
+        if copy.is_none() {
+            p.action = LoadAction::Forward;
         }
-        let len = fixed.len() as u64;
-        if KEPT.fetch_add(len, Relaxed).saturating_add(len) > MAX_KEPT {
-            KEPT.fetch_sub(len, Relaxed);
-            p.action = LoadAction::Warn { dry_run: false };
-            p.full = true;
-            return p;
-        }
-        // Kept for the process's life: the runtime keeps the pointer (module header).
-        p.fixed = Some(Box::leak(fixed.into_boxed_slice()));
     }
+    if let Some(o) = p.overrides.as_mut() {
+        if o.action == LoadAction::Fix {
+            match gfx101x::apply(copy.as_deref().unwrap_or(&bytes), &o.found.fixes) {
+                Some(c) => copy = Some(c),
+                None => o.action = LoadAction::Forward,
+            }
+        }
+    }
+    let Some(copy) = copy else {
+        return p;
+    };
+    if copy.len() != bytes.len() {
+        return UNTOUCHED;
+    }
+    let len = copy.len() as u64;
+    if KEPT.fetch_add(len, Relaxed).saturating_add(len) > MAX_KEPT {
+        KEPT.fetch_sub(len, Relaxed);
+        if p.action == LoadAction::Fix {
+            p.action = LoadAction::Warn { dry_run: false };
+        }
+        if let Some(o) = p.overrides.as_mut().filter(|o| o.action == LoadAction::Fix) {
+            o.action = LoadAction::Warn { dry_run: false };
+        }
+        p.full = true;
+        return p;
+    }
+    // Kept for the process's life: the runtime keeps the pointer (module header).
+    p.fixed = Some(Box::leak(copy.into_boxed_slice()));
     p
 }
 
@@ -386,6 +438,9 @@ fn load_on(
 }
 
 fn after(call: Call, caller: Caller, p: &Prepared, rc: HipError, fixed: bool, fallback: bool) {
+    if let Some(o) = &p.overrides {
+        after_overrides(call, caller, o, fixed, fallback, p.full);
+    }
     let Some(b) = &p.broken else {
         return;
     };
@@ -448,6 +503,91 @@ fn after(call: Call, caller: Caller, p: &Prepared, rc: HipError, fixed: bool, fa
     }
 }
 
+/// What is said and counted of one load's in-place fixes under an override: once per
+/// process, what was fixed (or would be) and what cannot be fixed in place.
+fn after_overrides(
+    call: Call,
+    caller: Caller,
+    o: &Overrides,
+    fixed: bool,
+    fallback: bool,
+    full: bool,
+) {
+    let found = &o.found;
+    let fixes = found.fixes.len();
+    let left: usize = found.left.iter().sum();
+    if o.off || (fixes == 0 && left == 0 && found.otherwise == 0) {
+        return;
+    }
+    let applied = fixed && !fallback && o.action == LoadAction::Fix;
+    if applied {
+        stats::record_override(stats::OverrideEvent::Fixed, 1);
+        stats::record_override(stats::OverrideEvent::InstructionsFixed, fixes as u64);
+    } else if matches!(o.action, LoadAction::Warn { .. }) {
+        stats::record_override(stats::OverrideEvent::Warned, 1);
+    }
+    if SAID_OVERRIDE.swap(true, Relaxed) {
+        return;
+    }
+    let n = |bug: gfx101x::Bug| found.fixes.iter().filter(|f| f.bug == bug).count();
+    let what = format!(
+        "{} (from {}) loaded gfx103x code that this {} runs under HSA_OVERRIDE_GFX_VERSION",
+        call.hook.name(),
+        describe_caller(caller),
+        o.card
+    );
+    let fixable = format!(
+        "{} s_inst_prefetch (gfx101x hangs on it) and {} s_clause around an NSA image \
+         instruction",
+        n(gfx101x::Bug::InstFwdPrefetch),
+        n(gfx101x::Bug::NsaClause)
+    );
+    let mut rest: Vec<String> = gfx101x::Bug::ALL
+        .iter()
+        .filter(|b| found.left[b.index()] > 0)
+        .map(|b| format!("{} {}", b.mattr(), found.left[b.index()]))
+        .collect();
+    if found.otherwise > 0 {
+        rest.push(format!(
+            "{} instructions it decodes otherwise",
+            found.otherwise
+        ));
+    }
+    let rest = if rest.is_empty() {
+        "nothing else".to_string()
+    } else {
+        rest.join(", ")
+    };
+    let done = if fixes == 0 {
+        "nothing in it can be fixed in place".to_string()
+    } else if applied {
+        format!(
+            "rmcp handed the runtime a private copy in which {fixable} became s_nop 0 (same \
+             size, no result changed)"
+        )
+    } else if full {
+        format!(
+            "rmcp already keeps {MAX_KEPT} bytes of fixed copies and loaded it as it is ({fixable})"
+        )
+    } else if fallback {
+        format!("the runtime refused the fixed copy and loaded the original ({fixable})")
+    } else {
+        match o.action {
+            LoadAction::Warn { dry_run: true } => {
+                format!("RMCP_MODE=dry-run: rmcp would have replaced {fixable} by s_nop 0")
+            }
+            _ => format!(
+                "loaded as it is (RMCP_OVERRIDE_FIXES=warn): {fixable} would become s_nop 0"
+            ),
+        }
+    };
+    tracing::warn!(
+        "{what}: {done}; left, not fixable in place: {rest}. `rmcp doctor` names the \
+         libraries and kernels; unset the override to run this card's own code (further \
+         images are counted, not logged)"
+    );
+}
+
 /// After `hipModuleLoad` returned `rc`: a broken gfx1010-gfx1013 code object file, loaded on
 /// a gfx1010-gfx1013 GPU, is named once (it is not fixed: module header). Only a regular
 /// file of at most [`MAX_IMAGE`] bytes is read; the device is known without a runtime query
@@ -469,7 +609,7 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             return;
         };
         let cfg = global.config;
-        if !decision::scans(cfg.buffer_descriptors, cfg.mode) {
+        if !decision::scans(cfg.buffer_descriptors, OverrideFixes::Off, false, cfg.mode) {
             return;
         }
         let caller = Caller::of::<COPY>(ret);

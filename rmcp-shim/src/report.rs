@@ -58,6 +58,8 @@ pub(crate) struct Report {
     pub(crate) faults: Vec<serde_json::Value>,
     /// What the load-time fix saw and did (`module_load`).
     pub(crate) buffer_descriptors: stats::ImageCounts,
+    /// What the in-place fixes under an override did (`module_load`).
+    pub(crate) override_fixes: stats::OverrideCounts,
 }
 
 /// A loaded object whose calls of hooked functions do not reach the shim.
@@ -89,6 +91,7 @@ impl Report {
             not_reached: Vec::new(),
             faults: FAULTS.lock().map(|f| f.clone()).unwrap_or_default(),
             buffer_descriptors: stats::image_counts(),
+            override_fixes: stats::override_counts(),
         }
     }
 
@@ -170,6 +173,14 @@ impl Report {
                 b.instructions_fixed,
                 b.warned,
                 b.fallbacks
+            ));
+        }
+        let o = self.override_fixes;
+        if o.fixed + o.warned > 0 {
+            out.push_str(&format!(
+                "rmcp[{pid}] gfx103x code under HSA_OVERRIDE_GFX_VERSION: {} code objects \
+                 fixed in place ({} instructions became s_nop 0), {} warned\n",
+                o.fixed, o.instructions_fixed, o.warned
             ));
         }
         for n in &self.not_reached {

@@ -281,10 +281,46 @@ pub(crate) fn image_counts() -> ImageCounts {
     }
 }
 
+/// What the in-place fixes under an override count (`module_load`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OverrideEvent {
+    /// A load the runtime received a copy with in-place fixes for, and accepted.
+    Fixed,
+    /// Words changed to `s_nop 0`, over the fixed loads.
+    InstructionsFixed,
+    /// A load with fixes that was loaded as it was, with a warning (`warn`, `dry-run`, or
+    /// the keep limit).
+    Warned,
+}
+
+static OVERRIDE_COUNTERS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// Counts `n` of `what`.
+pub(crate) fn record_override(what: OverrideEvent, n: u64) {
+    OVERRIDE_COUNTERS[what as usize].fetch_add(n, Ordering::Relaxed);
+}
+
+/// The report's `override_fixes` (`OverrideEvent` says what each counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct OverrideCounts {
+    pub(crate) fixed: u64,
+    pub(crate) instructions_fixed: u64,
+    pub(crate) warned: u64,
+}
+
+pub(crate) fn override_counts() -> OverrideCounts {
+    let c = |what: OverrideEvent| OVERRIDE_COUNTERS[what as usize].load(Ordering::Relaxed);
+    OverrideCounts {
+        fixed: c(OverrideEvent::Fixed),
+        instructions_fixed: c(OverrideEvent::InstructionsFixed),
+        warned: c(OverrideEvent::Warned),
+    }
+}
+
 /// In the child of a fork: zero every counter (the child counts its own calls) and free
 /// every slot but the forking thread's, the only thread the child has.
 pub(crate) fn reset_after_fork() {
-    for c in &IMAGE_COUNTERS {
+    for c in IMAGE_COUNTERS.iter().chain(&OVERRIDE_COUNTERS) {
         c.store(0, Ordering::Relaxed);
     }
     for slot in &COUNTERS {

@@ -241,3 +241,39 @@ fn empty_and_odd_lengths_never_panic() {
         let _ = scan_code(&LOCAL[..n], GFX1010, true, false);
     }
 }
+
+use crate::buffer_descriptors::write::{MACH_GFX1010, MACH_GFX1030, code_object};
+
+/// An AMDGPU ELF of one function holding `code`, as gfx1030.
+fn gfx1030_object(code: &[u8]) -> Vec<u8> {
+    code_object(MACH_GFX1030, code, &[("f", 0, code.len())])
+}
+
+#[test]
+fn in_place_fixes_are_the_prefetch_and_the_nsa_clause_only() {
+    for (code, bug, at) in [(LOCAL, Bug::InstFwdPrefetch, 0), (NSA, Bug::NsaClause, 0)] {
+        let image = gfx1030_object(code);
+        let found = in_place_fixes(&image, GFX1010).unwrap();
+        assert_eq!(found.fixes.len(), 1, "{found:?}");
+        let f = found.fixes[0];
+        assert_eq!((f.bug, f.new), (bug, S_NOP_0));
+        let text = image.windows(code.len()).position(|w| w == code).unwrap();
+        assert_eq!(f.at, text + at);
+        let fixed = apply(&image, &found.fixes).unwrap();
+        // One word changed, to s_nop 0; every other byte the same.
+        let changed: Vec<usize> = (0..image.len()).filter(|&i| image[i] != fixed[i]).collect();
+        assert!(
+            changed.iter().all(|&i| (f.at..f.at + 4).contains(&i)),
+            "{changed:?}"
+        );
+        assert_eq!(&fixed[f.at..f.at + 4], &S_NOP_0.to_le_bytes());
+        // What no fix covers is left, counted.
+        let total: usize = scan_code(code, GFX1010, false, true).sites.len();
+        assert_eq!(found.left.iter().sum::<usize>(), total - 1);
+        // A fix that does not describe the image is not applied.
+        assert_eq!(apply(&fixed, &found.fixes), None);
+    }
+    // gfx1010 code is not gfx103x code: nothing to fix.
+    let image = code_object(MACH_GFX1010, LOCAL, &[("f", 0, LOCAL.len())]);
+    assert_eq!(in_place_fixes(&image, GFX1010).unwrap(), InPlace::default());
+}
