@@ -10,8 +10,12 @@
 //! (`<tmp>/torchinductor_<user>/triton/0/<hash>/`). Then `rmcp doctor --sysfs rdna1` in
 //! that environment must name both caches and that one object in each, and no other; the
 //! commands it prints under its warnings, pasted into `sh` as they are, must leave caches
-//! that the doctor, run again in the same shell, calls clean. Without the venv the test
-//! skips, saying why (in CI that fails it).
+//! that the doctor, run again in the same shell, calls clean: in Triton's cache only the
+//! poisoned object's entry (its hash directory) is gone and the two good entries stay,
+//! Inductor's (whose FX graph entries would write the kernels back) is gone as a whole.
+//! The home and temporary directories have a space and a quote in their names, so every
+//! path printed must be quoted to work. Without the venv the test skips, saying why (in CI
+//! that fails it).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,6 +76,11 @@ fn env(c: &mut Command, home: &Path, tmp: &Path) {
         .env("RMCP_PYTHON", "");
 }
 
+/// `p` as one shell word, as the doctor quotes it (the paths here all need quoting).
+fn quoted(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
 /// The `.hsaco` files under `dir`.
 fn hsaco_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -123,7 +132,7 @@ fn the_doctor_names_a_poisoned_cache_and_its_remedy_cleans_it() {
     };
     let scratch = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(scratch.path()).unwrap();
-    let (home, tmp) = (root.join("home"), root.join("tmp"));
+    let (home, tmp) = (root.join("alice's home"), root.join("t m p"));
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&tmp).unwrap();
     let script = root.join("compile.py");
@@ -147,7 +156,13 @@ fn the_doctor_names_a_poisoned_cache_and_its_remedy_cleans_it() {
         poisoned.get_or_insert_with(|| new[0].clone());
     }
     let poisoned = poisoned.unwrap();
-    assert_eq!(hsaco_files(&triton_cache).len(), 3);
+    let all = hsaco_files(&triton_cache);
+    assert_eq!(all.len(), 3);
+    let good: Vec<PathBuf> = all.into_iter().filter(|p| *p != poisoned).collect();
+    // Triton keeps one directory per kernel (its hash) under the cache's root.
+    let entry = poisoned.parent().unwrap().to_path_buf();
+    assert_eq!(entry.parent(), Some(triton_cache.as_path()));
+    assert!(good.iter().all(|g| !g.starts_with(&entry)), "{good:?}");
 
     // The same object where Inductor keeps Triton's kernels.
     let inductor = tmp.join(format!("torchinductor_{USER}"));
@@ -192,23 +207,46 @@ fn the_doctor_names_a_poisoned_cache_and_its_remedy_cleans_it() {
         t["broken"],
         serde_json::json!([poisoned.display().to_string()])
     );
+    assert_eq!(
+        t["broken_entries"],
+        serde_json::json!([entry.display().to_string()])
+    );
+    let fix = t["remedy"]["text"].as_str().unwrap();
+    assert!(
+        fix.contains("Remove the 1 entry holding the code objects named above")
+            && fix
+                .contains("the 2 other entries with code objects, and the rest of the cache, stay"),
+        "{fix}"
+    );
     let i = by_path(&inductor);
     assert_eq!(i["status"], "warn", "{i:#}");
     assert_eq!(
         i["broken"],
         serde_json::json!([in_inductor.display().to_string()])
     );
-    let commands: Vec<String> = t["remedy"]["commands"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap().to_string())
-        .collect();
-    assert!(
-        commands.contains(&format!("rm -rf -- {}", triton_cache.display())),
-        "{commands:?}"
+    let commands = |f: &serde_json::Value| -> Vec<String> {
+        f["remedy"]["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    };
+    // Triton's: the poisoned entry only. Inductor's: the whole directory.
+    assert_eq!(
+        commands(&t),
+        [
+            format!("rm -rf -- {}", quoted(&entry)),
+            "export AMDGCN_USE_BUFFER_OPS=0".to_string()
+        ]
     );
-    assert!(commands.contains(&"export AMDGCN_USE_BUFFER_OPS=0".to_string()));
+    assert_eq!(
+        commands(&i),
+        [
+            format!("rm -rf -- {}", quoted(&inductor)),
+            "export AMDGCN_USE_BUFFER_OPS=0".to_string()
+        ]
+    );
 
     // The human text names the object, and its commands work as printed.
     let text = doctor(false);
@@ -240,7 +278,14 @@ fn the_doctor_names_a_poisoned_cache_and_its_remedy_cleans_it() {
         assert_eq!(f["status"], "ok", "{f:#}");
         assert_eq!(f["broken"], serde_json::json!([]), "{f:#}");
     }
-    assert!(!triton_cache.exists() && !inductor.exists());
+    // The poisoned entry is gone, the good ones stay; Inductor's cache is gone.
+    assert!(!entry.exists() && !inductor.exists());
+    assert_eq!(hsaco_files(&triton_cache), good);
+    let t_after = after
+        .iter()
+        .find(|f| f["path"] == triton_cache.display().to_string())
+        .unwrap();
+    assert_eq!(t_after["scanned"], 2, "{t_after:#}");
     // The exported variable reached the doctor's own run.
     let env_seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let install_or_none = env_seen["findings"]

@@ -107,22 +107,57 @@ fn push_sources<'a>(
     }
 }
 
+/// The words of a shell command: split at spaces outside quotes (and not escaped), so that
+/// a quoted path with a space in it stays one word.
+fn shell_words(cmd: &str) -> Vec<&str> {
+    let mut words = Vec::new();
+    let (mut start, mut quote, mut escaped) = (0, None, false);
+    for (i, c) in cmd.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match (quote, c) {
+            (None | Some('"'), '\\') => escaped = true,
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), _) if c == q => quote = None,
+            (None, ' ') => {
+                words.push(&cmd[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    words.push(&cmd[start..]);
+    words.retain(|w| !w.is_empty());
+    words
+}
+
 /// A shell command in lines of at most `width` characters, broken between words with a
 /// trailing ` \\`. A word longer than a line (a long comma-separated list) is broken after
 /// a comma with a bare `\\`, which the shell joins back into one word; a word without a
-/// comma stays whole.
+/// comma stays whole, and so does a word with quotes (inside them the shell would keep the
+/// `\\`).
 pub fn wrap_command(cmd: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut cur = String::new();
-    for word in cmd.split(' ').filter(|w| !w.is_empty()) {
+    for word in shell_words(cmd) {
         if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() + 2 > width {
             lines.push(std::mem::take(&mut cur) + " \\");
         }
         if !cur.is_empty() {
             cur.push(' ');
         }
-        for piece in word.split_inclusive(',') {
-            if cur.chars().count() + piece.chars().count() + 1 > width && !cur.ends_with(' ') {
+        let pieces: Vec<&str> = if word.contains(['\'', '"']) {
+            vec![word]
+        } else {
+            word.split_inclusive(',').collect()
+        };
+        for piece in pieces {
+            if cur.chars().count() + piece.chars().count() + 1 > width
+                && !cur.is_empty()
+                && !cur.ends_with(' ')
+            {
                 lines.push(std::mem::take(&mut cur) + "\\");
             }
             cur.push_str(piece);
@@ -341,5 +376,21 @@ mod tests {
             ]
         );
         assert!(long.iter().all(|l| l.chars().count() <= 30), "{long:?}");
+        // A word longer than a line has a line of its own, and no empty line before it.
+        assert_eq!(
+            wrap_command("rm -rf -- /a/very/long/path/without/commas", 16),
+            ["rm -rf -- \\", "/a/very/long/path/without/commas"]
+        );
+        // A quoted path is one word: never broken at its space or its comma.
+        let quoted = wrap_command("rm -rf -- '/h/a b,c/x' /h/y '/h/it'\\''s d'", 16);
+        assert_eq!(
+            quoted,
+            [
+                "rm -rf -- \\",
+                "'/h/a b,c/x' \\",
+                "/h/y \\",
+                "'/h/it'\\''s d'"
+            ]
+        );
     }
 }

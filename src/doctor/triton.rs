@@ -12,7 +12,10 @@
 //! points Triton's cache at `<inductor cache>/triton/<device>` when TRITON_CACHE_DIR is
 //! unset, and the FX graph cache bundles the kernels it reuses and writes them back there;
 //! so the `.hsaco` files under Inductor's directory are the kernels it runs. The FX graph
-//! entries themselves (pickles) are not decoded; the remedy removes the whole directory.
+//! entries themselves (pickles) are not decoded, and they carry copies of the kernels they
+//! reuse: so the remedy for Inductor's cache removes the whole directory, while the one for
+//! Triton's own cache removes only the entries (one directory per kernel, named by its hash)
+//! that hold the broken code objects, and the other entries stay.
 //!
 //! Bounded: at most [`MAX_FILES`] code objects, [`MAX_FILE_BYTES`] each and
 //! [`MAX_TOTAL_BYTES`] in all per cache, [`MAX_DEPTH`] directories deep and
@@ -20,6 +23,7 @@
 //! files are opened (never a FIFO or a device), without blocking; the finding says when
 //! the scan stopped early.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -39,6 +43,11 @@ pub const MAX_TOTAL_BYTES: u64 = 512 << 20;
 pub const MAX_DEPTH: usize = 8;
 /// Entries read per directory.
 const MAX_ENTRIES: usize = 20_000;
+/// Entries one printed `rm -rf --` command names, at most: a command stays far below the
+/// kernel's argument limit (32 paths of at most PATH_MAX bytes, quoted), and a cache with
+/// many broken entries gets one command per 32 (at most [`MAX_FILES`] / 32 of them, as long
+/// as the list of broken code objects above them).
+const ENTRIES_PER_COMMAND: usize = 32;
 /// The largest Triton source file read to learn its default.
 const MAX_SOURCE_BYTES: u64 = 1 << 20;
 
@@ -180,6 +189,9 @@ fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
 #[derive(Debug)]
 struct Broken {
     path: PathBuf,
+    /// The cache entry that holds it: its directory (Triton's cache keeps one per kernel),
+    /// or the file itself when it lies in the cache's root.
+    entry: PathBuf,
     targets: Vec<String>,
     kernels: Vec<String>,
     literals: usize,
@@ -196,6 +208,8 @@ struct CacheScan {
     stopped: Option<String>,
     /// Files passed over (too large, unreadable, not a code object).
     skipped: usize,
+    /// The entries that hold the code objects seen (see [`Broken::entry`]).
+    entries: BTreeSet<PathBuf>,
 }
 
 fn scan_cache(root: &Path) -> CacheScan {
@@ -221,23 +235,26 @@ fn walk(dir: &Path, depth: usize, s: &mut CacheScan) {
             }
             walk(&path, depth + 1, s);
         } else if t.is_file() && path.extension().is_some_and(|x| x == "hsaco") {
-            scan_file(&path, s);
+            let entry = if depth == 0 { &path } else { dir };
+            scan_file(&path, entry, s);
         }
     }
 }
 
-fn scan_file(path: &Path, s: &mut CacheScan) {
+fn scan_file(path: &Path, entry: &Path, s: &mut CacheScan) {
     if s.scanned >= MAX_FILES {
         s.stopped = Some(format!("more than {MAX_FILES} code objects"));
         return;
     }
     let Ok(f) = open_regular(path) else {
         s.skipped += 1;
+        s.entries.insert(entry.to_path_buf());
         return;
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > MAX_FILE_BYTES {
         s.skipped += 1;
+        s.entries.insert(entry.to_path_buf());
         return;
     }
     if s.bytes + len > MAX_TOTAL_BYTES {
@@ -247,6 +264,7 @@ fn scan_file(path: &Path, s: &mut CacheScan) {
         ));
         return;
     }
+    s.entries.insert(entry.to_path_buf());
     let mut buf = Vec::with_capacity(len as usize);
     if f.take(MAX_FILE_BYTES).read_to_end(&mut buf).is_err() {
         s.skipped += 1;
@@ -260,6 +278,7 @@ fn scan_file(path: &Path, s: &mut CacheScan) {
     };
     let mut b = Broken {
         path: path.to_path_buf(),
+        entry: entry.to_path_buf(),
         targets: Vec::new(),
         kernels: Vec::new(),
         literals: 0,
@@ -298,8 +317,19 @@ pub fn shell_word(s: &str) -> String {
     }
 }
 
-/// The caches to scan: (what, path, set by a variable).
-fn caches(get: &dyn Fn(&str) -> Option<OsString>) -> Vec<(&'static str, PathBuf)> {
+/// Whose cache: what its remedy may remove.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Triton's own: one directory per kernel, and nothing else refers to them; the broken
+    /// entries alone are removed.
+    Triton,
+    /// Inductor's: its FX graph entries (not decoded) carry copies of the kernels and write
+    /// them back, so the whole directory goes.
+    Inductor,
+}
+
+/// The caches to scan: (what, whose, path).
+fn caches(get: &dyn Fn(&str) -> Option<OsString>) -> Vec<(&'static str, Kind, PathBuf)> {
     let nonempty = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let home = nonempty("HOME");
     let triton = nonempty("TRITON_CACHE_DIR").or_else(|| {
@@ -312,11 +342,11 @@ fn caches(get: &dyn Fn(&str) -> Option<OsString>) -> Vec<(&'static str, PathBuf)
     let ours = PathBuf::from(format!("{default}{}", quirks::INDUCTOR_CACHE_SUFFIX));
     let mut out = Vec::new();
     if let Some(t) = triton {
-        out.push(("Triton's cache", t));
+        out.push(("Triton's cache", Kind::Triton, t));
     }
-    out.push(("Inductor's cache", inductor.clone()));
+    out.push(("Inductor's cache", Kind::Inductor, inductor.clone()));
     if ours != inductor {
-        out.push(("Inductor's cache under rmcp run", ours));
+        out.push(("Inductor's cache under rmcp run", Kind::Inductor, ours));
     }
     out
 }
@@ -399,8 +429,8 @@ fn findings_with(
         }
         out.push(f);
     }
-    for (what, dir) in caches(get) {
-        out.push(cache_finding(what, &dir));
+    for (what, kind, dir) in caches(get) {
+        out.push(cache_finding(what, kind, &dir));
     }
 }
 
@@ -414,7 +444,60 @@ fn buffer_ops_remedy() -> Remedy {
     .source(SRC_UNSLOTH)
 }
 
-fn cache_finding(what: &str, dir: &Path) -> Finding {
+/// `n` and the noun, singular or plural.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The remedy for a cache with broken code objects: for Triton's, `rm -rf --` of the
+/// entries that hold them (at most [`ENTRIES_PER_COMMAND`] to a command, each path quoted
+/// for the shell), the other entries kept; for Inductor's, of the whole directory.
+fn cache_remedy(kind: Kind, dir: &Path, s: &CacheScan) -> Remedy {
+    let from_now_on = format!(
+        "Compile them without buffer ops from now on: start the program with `rmcp run`, or \
+         keep {BUFFER_OPS_VARIABLE}=0 set."
+    );
+    match kind {
+        Kind::Triton => {
+            let broken: BTreeSet<&Path> = s.broken.iter().map(|b| b.entry.as_path()).collect();
+            let others = s.entries.len().saturating_sub(broken.len());
+            let rest = if s.stopped.is_some() {
+                " The scan stopped early: run `rmcp doctor` again afterwards to read the rest."
+            } else {
+                ""
+            };
+            let mut r = Remedy::new(format!(
+                "Remove the {} holding the code objects named above (Triton keeps one \
+                 directory per kernel, and the program compiles those again); the {} with code \
+                 objects, and the rest of the cache, stay. {from_now_on}{rest}",
+                count(broken.len(), "entry", "entries"),
+                count(others, "other entry", "other entries"),
+            ));
+            let words: Vec<String> = broken
+                .iter()
+                .map(|e| shell_word(&e.display().to_string()))
+                .collect();
+            for chunk in words.chunks(ENTRIES_PER_COMMAND) {
+                r = r.command(format!("rm -rf -- {}", chunk.join(" ")));
+            }
+            r
+        }
+        Kind::Inductor => Remedy::new(format!(
+            "Remove the cache (the program compiles its kernels again): its FX graph entries, \
+             which doctor does not decode, carry copies of the kernels they reuse and write \
+             them back, so removing only the {} named above would not last. {from_now_on}",
+            count(s.broken.len(), "code object", "code objects"),
+        ))
+        .command(format!(
+            "rm -rf -- {}",
+            shell_word(&dir.display().to_string())
+        )),
+    }
+    .command(format!("export {BUFFER_OPS_VARIABLE}=0"))
+    .source(SRC_UNSLOTH)
+}
+
+fn cache_finding(what: &str, kind: Kind, dir: &Path) -> Finding {
     let shown = dir.display().to_string();
     let meta = std::fs::symlink_metadata(dir);
     let base = |status, msg: String| {
@@ -426,7 +509,8 @@ fn cache_finding(what: &str, dir: &Path) -> Finding {
         Err(_) => {
             return base(Status::Ok, format!("{what} {shown}: not present."))
                 .with("scanned", 0)
-                .with("broken", Vec::<String>::new());
+                .with("broken", Vec::<String>::new())
+                .with("broken_entries", Vec::<String>::new());
         }
         Ok(m) if !m.is_dir() => {
             return base(
@@ -434,7 +518,8 @@ fn cache_finding(what: &str, dir: &Path) -> Finding {
                 format!("{what} {shown}: not a directory (a symbolic link is not followed)."),
             )
             .with("scanned", 0)
-            .with("broken", Vec::<String>::new());
+            .with("broken", Vec::<String>::new())
+            .with("broken_entries", Vec::<String>::new());
         }
         Ok(_) => {}
     }
@@ -449,6 +534,13 @@ fn cache_finding(what: &str, dir: &Path) -> Finding {
     } else {
         String::new()
     };
+    let broken_entries: Vec<String> = s
+        .broken
+        .iter()
+        .map(|b| b.entry.display().to_string())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let broken_paths: Vec<String> = s
         .broken
         .iter()
@@ -489,20 +581,14 @@ fn cache_finding(what: &str, dir: &Path) -> Finding {
                 b.instructions
             ));
         }
-        f.source(SRC_UNSLOTH).see_also(SRC_EMITTER).remedy(
-            Remedy::new(format!(
-                "Remove the cache (the program compiles its kernels again), and compile them \
-                     without buffer ops from now on: start the program with `rmcp run`, or keep \
-                     {BUFFER_OPS_VARIABLE}=0 set."
-            ))
-            .command(format!("rm -rf -- {}", shell_word(&shown)))
-            .command(format!("export {BUFFER_OPS_VARIABLE}=0"))
-            .source(SRC_UNSLOTH),
-        )
+        f.source(SRC_UNSLOTH)
+            .see_also(SRC_EMITTER)
+            .remedy(cache_remedy(kind, dir, &s))
     };
     f.with("scanned", s.scanned)
         .with("bytes", s.bytes)
         .with("broken", broken_paths)
+        .with("broken_entries", broken_entries)
         .with("stopped_early", s.stopped.clone())
 }
 
@@ -562,6 +648,89 @@ mod tests {
         assert_eq!(shell_word(""), "''");
     }
 
+    fn broken_in(entry: &Path) -> Broken {
+        Broken {
+            path: entry.join("k.hsaco"),
+            entry: entry.to_path_buf(),
+            targets: vec!["gfx1010".into()],
+            kernels: vec!["k".into()],
+            literals: 1,
+            instructions: 2,
+        }
+    }
+
+    #[test]
+    fn the_triton_remedy_names_the_broken_entries_only() {
+        let root = Path::new("/c/it's cache");
+        let mut s = CacheScan::default();
+        for i in 0..40 {
+            s.entries.insert(root.join(format!("E{i:02}")));
+        }
+        for i in 0..34 {
+            s.broken.push(broken_in(&root.join(format!("E{i:02}"))));
+        }
+        // A second broken object in an entry already named: one path for both.
+        s.broken.push(broken_in(&root.join("E00")));
+        let r = cache_remedy(Kind::Triton, root, &s);
+        assert!(
+            r.text.contains("Remove the 34 entries holding")
+                && r.text.contains("the 6 other entries with code objects"),
+            "{}",
+            r.text
+        );
+        // 32 entries to a command, each quoted; never the cache itself, never a glob.
+        assert_eq!(r.commands.len(), 3, "{:?}", r.commands);
+        let first: Vec<&str> = r.commands[0].split(" '").collect();
+        assert_eq!(first.len(), 33, "{}", r.commands[0]);
+        assert_eq!(first[0], "rm -rf --");
+        assert_eq!(first[1], "/c/it'\\''s cache/E00'");
+        assert_eq!(
+            r.commands[1],
+            "rm -rf -- '/c/it'\\''s cache/E32' '/c/it'\\''s cache/E33'"
+        );
+        assert_eq!(r.commands[2], "export AMDGCN_USE_BUFFER_OPS=0");
+        assert!(!r.commands.iter().any(|c| c.contains('*')));
+        // Inductor's cache goes as a whole (its FX graph entries hold copies).
+        let r = cache_remedy(Kind::Inductor, root, &s);
+        assert_eq!(r.commands[0], "rm -rf -- '/c/it'\\''s cache'");
+        assert!(r.text.contains("FX graph"), "{}", r.text);
+    }
+
+    #[test]
+    fn the_triton_remedy_run_by_the_shell_keeps_the_good_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("it's a cache");
+        let mut s = CacheScan::default();
+        for e in ["BAD1", "GOOD", "bad two", "GOOD2"] {
+            std::fs::create_dir_all(root.join(e)).unwrap();
+            std::fs::write(root.join(e).join("k.hsaco"), b"x").unwrap();
+            s.entries.insert(root.join(e));
+        }
+        // A code object in the cache's root is its own entry: the file goes, not the root.
+        std::fs::write(root.join("bad.hsaco"), b"x").unwrap();
+        for e in ["BAD1", "bad two", "bad.hsaco"] {
+            let mut b = broken_in(&root.join(e));
+            if e.ends_with(".hsaco") {
+                b.path = root.join(e);
+            }
+            s.entries.insert(b.entry.clone());
+            s.broken.push(b);
+        }
+        let r = cache_remedy(Kind::Triton, &root, &s);
+        assert!(r.text.contains("the 2 other entries"), "{}", r.text);
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("set -e\n{}", r.commands.join("\n"))])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mut left: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["GOOD", "GOOD2"]);
+    }
+
     #[test]
     fn a_fifo_in_a_cache_is_passed_over_without_waiting() {
         let dir = tempfile::tempdir().unwrap();
@@ -589,7 +758,7 @@ mod tests {
                 .is_some_and(|w| w.contains("code objects")),
             "{s:?}"
         );
-        let f = cache_finding("Triton's cache", dir.path());
+        let f = cache_finding("Triton's cache", Kind::Triton, dir.path());
         assert!(f.message.contains("stopped early"), "{}", f.message);
         assert_eq!(f.status, Status::Info);
     }
