@@ -37,7 +37,9 @@ const CHECK_ARCHS: &[&str] = &[
 /// `rmcp check`'s GPU code (src/field_check/kernels.hip) as one offload bundle, code object
 /// v4 (what every runtime from ROCm 5.2.3 to 7.2.4 loads), written to
 /// `OUT_DIR/check-kernels.hipfb`, which src/field_check/kernels.rs embeds
-/// (`include_bytes!`), with `RMCP_CHECK_KERNELS_TARGETS` and `RMCP_CHECK_KERNELS_COMPILER`.
+/// (`include_bytes!`), with `RMCP_CHECK_KERNELS_TARGETS` and `RMCP_CHECK_KERNELS_COMPILER`;
+/// and the override experiments' code (src/field_check/override_kernels.hip), for gfx1030
+/// only ([`OVERRIDE_ARCH`]), as `OUT_DIR/check-override-kernels.hipfb`. Both or neither.
 ///
 /// Why here and not in a script: the bundle is part of the `rmcp` binary, wherever that is
 /// built (`cargo build --release`, `pip install .`, the wheel), and needs no file of its own
@@ -49,7 +51,10 @@ const CHECK_ARCHS: &[&str] = &[
 fn check_kernels(out: &Path, dir: &Path) {
     let src = dir.join("src/field_check/kernels.hip");
     let bundle = out.join("check-kernels.hipfb");
+    let override_src = dir.join("src/field_check/override_kernels.hip");
+    let override_bundle = out.join("check-override-kernels.hipfb");
     println!("cargo:rerun-if-changed={}", src.display());
+    println!("cargo:rerun-if-changed={}", override_src.display());
     for v in ["HIPCC", "RMCP_CHECK_ARCHS", "RMCP_REQUIRE_CHECK_KERNELS"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
@@ -79,21 +84,14 @@ fn check_kernels(out: &Path, dir: &Path) {
         };
         let version = String::from_utf8_lossy(&version.stdout);
         let compiler = compiler_name(&version);
-        let mut cmd = Command::new(&hipcc);
-        // No header, no device library (kernels.hip says why); -O2 as any release build.
-        cmd.args(["--genco", "-nogpuinc", "-nogpulib", "-O2", "-Wall"]);
-        for a in &archs {
-            cmd.arg(format!("--offload-arch={a}"));
-        }
-        cmd.arg("-o").arg(&bundle).arg(&src);
-        let o = cmd.output().map_err(|e| Some(format!("{name}: {e}")))?;
-        if !o.status.success() {
-            return Err(Some(format!(
-                "{name} failed ({}): {}",
-                o.status,
-                String::from_utf8_lossy(&o.stderr).trim()
-            )));
-        }
+        genco(&hipcc, &archs, &src, &bundle).map_err(Some)?;
+        genco(
+            &hipcc,
+            &[OVERRIDE_ARCH.to_string()],
+            &override_src,
+            &override_bundle,
+        )
+        .map_err(Some)?;
         Ok(compiler)
     })();
     match built {
@@ -116,10 +114,38 @@ fn check_kernels(out: &Path, dir: &Path) {
                 println!("cargo:warning=rmcp check's GPU code not built: {why}");
             }
             std::fs::write(&bundle, b"").expect("write OUT_DIR/check-kernels.hipfb");
+            std::fs::write(&override_bundle, b"")
+                .expect("write OUT_DIR/check-override-kernels.hipfb");
             println!("cargo:rustc-env=RMCP_CHECK_KERNELS_TARGETS=");
             println!("cargo:rustc-env=RMCP_CHECK_KERNELS_COMPILER=");
         }
     }
+}
+
+/// The one target of the override experiments' code: what the runtime loads on an RX 5000
+/// under `HSA_OVERRIDE_GFX_VERSION=10.3.0`.
+const OVERRIDE_ARCH: &str = "gfx1030";
+
+/// `hipcc --genco` of `src` for `archs` into the bundle `out`; Err: why not.
+fn genco(hipcc: &std::ffi::OsStr, archs: &[String], src: &Path, out: &Path) -> Result<(), String> {
+    let name = hipcc.to_string_lossy();
+    let mut cmd = Command::new(hipcc);
+    // No header, no device library (kernels.hip says why); -O2 as any release build.
+    cmd.args(["--genco", "-nogpuinc", "-nogpulib", "-O2", "-Wall"]);
+    for a in archs {
+        cmd.arg(format!("--offload-arch={a}"));
+    }
+    cmd.arg("-o").arg(out).arg(src);
+    let o = cmd.output().map_err(|e| format!("{name}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{name} failed on {} ({}): {}",
+            src.file_name().unwrap_or_default().to_string_lossy(),
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    Ok(())
 }
 
 /// `hipcc 5.2.21153-0, Debian clang version 15.0.6` from `hipcc --version`.

@@ -410,6 +410,27 @@ fn markdown(report: &Value, doctor_text: &str) -> String {
                 );
             }
         }
+        // The override experiments (gfx1030 code on an RX 5000; docs/cli.md, `rmcp check`).
+        let o = &check["override_bugs"];
+        if o["run"] == false {
+            s += &format!(
+                "\n- override experiments: not run: {}\n",
+                plain(&o["not_run"])
+            );
+        } else if o["run"] == true {
+            s += &format!(
+                "\n- override experiments: HSA_OVERRIDE_GFX_VERSION={}, gfx1030 code on this {}\n",
+                plain(&o["hsa_override_gfx_version"]),
+                plain(&o["card"]),
+            );
+            for (name, k) in [("flat offset", "flat_offset"), ("legacy FMA", "fma_legacy")] {
+                s += &format!(
+                    "- override {name}: **{}**\n- {}\n",
+                    plain(&o[k]["verdict"]),
+                    plain(&o[k]["sentence"]),
+                );
+            }
+        }
         s += "\n<details><summary>rmcp check --json</summary>\n\n```json\n";
         s += &serde_json::to_string_pretty(check).unwrap_or_default();
         s += "\n```\n\n</details>\n";

@@ -4,7 +4,9 @@
 //! must say "no usable device" and exit 2; rmcp links no HIP soname; the runtime is the
 //! PyTorch-bundled one by default (a venv with a stand-in torch); and on the emulated GPU
 //! (tests/emulated-gpu) it must say `inconclusive`, because a GPU that runs no kernel gets
-//! the control placements wrong too.
+//! the control placements wrong too, and so must the override experiments (an emulated
+//! gfx1010: they run, and their controls keep the sentinel). With fakes, the override
+//! experiments run on a gfx1010 only, in a third run, without the shim.
 //!
 //! The fake's shim is any existing file named librmcp_shim.so, as in cli_run.rs: the fake
 //! program only looks at LD_PRELOAD; ld.so complains on stderr that it cannot preload a
@@ -358,6 +360,129 @@ fn each_verdict_has_its_word_in_json() {
         let placements = v["runs"]["without_rmcp"]["placements"].as_array().unwrap();
         assert_eq!(placements.len(), 5, "{v:#}");
     }
+}
+
+/// A fake RX 5000 (the `kfd:` line says gfx1010): both runs as `Fake::Right`; the third
+/// run, with HSA_OVERRIDE_GFX_VERSION=10.3.0, runs `override_body` (and says on stderr
+/// what LD_PRELOAD it had).
+fn fake_rx5000(override_body: &str) -> Setup {
+    let s = fake(Fake::Right, Fake::Right, 3, true);
+    let script = std::fs::read_to_string(&s.program)
+        .unwrap()
+        .replace("gfx1031", "gfx1010");
+    let head = format!(
+        "#!/bin/sh\nif [ \"$HSA_OVERRIDE_GFX_VERSION\" = 10.3.0 ]; then\n\
+         echo \"override preload: $LD_PRELOAD\" >&2\necho 'field-check: 1'\n\
+         echo 'device: 0 gfx1030 \"Fake RX 5700 XT\" pci 0000:03:00.0 (1 visible)'\n\
+         {override_body}\nexit 0\nfi\n"
+    );
+    let script = script.replacen("#!/bin/sh\n", &head, 1);
+    std::fs::write(&s.program, script).unwrap();
+    s
+}
+
+const FLAT_IGNORED: &str = "echo 'override-flat-offset: offset16 0x5a5a0000 control 0x5a5a0004'";
+const FLAT_OK: &str = "echo 'override-flat-offset: offset16 0x5a5a0004 control 0x5a5a0004'";
+const FMA_UNFUSED: &str =
+    "echo 'override-fma-legacy: fmac-legacy 0x34800000 fma 0x34400800 mul-add 0x34800000'";
+const FMA_OK: &str =
+    "echo 'override-fma-legacy: fmac-legacy 0x34400800 fma 0x34400800 mul-add 0x34800000'";
+
+/// On an RX 5000 the override experiments run in a third run, without the shim, under
+/// HSA_OVERRIDE_GFX_VERSION=10.3.0; their words are in the text and the JSON and leave
+/// the exit status alone. On any other card they are not run, and the output says so.
+#[test]
+fn the_override_experiments_run_on_an_rx_5000_only() {
+    for (body, flat, fma) in [
+        (
+            format!("{FLAT_IGNORED}\n{FMA_UNFUSED}"),
+            "override-flat-offset-ignored",
+            "override-fma-legacy-unfused",
+        ),
+        (
+            format!("{FLAT_OK}\n{FMA_OK}"),
+            "override-flat-offset-ok",
+            "override-fma-legacy-ok",
+        ),
+        (
+            format!("{FLAT_IGNORED}\nkill -SEGV $$"),
+            "override-flat-offset-ignored",
+            "inconclusive",
+        ),
+        ("kill -SEGV $$".to_string(), "inconclusive", "inconclusive"),
+        (
+            "echo 'override-flat-offset: error: kernel: hipErrorIllegalAddress (700)'\n\
+             echo 'override-fma-legacy: fmac-legacy 0x00000000 fma 0x34400800 mul-add 0x34800000'"
+                .to_string(),
+            "inconclusive",
+            "inconclusive",
+        ),
+    ] {
+        let s = fake_rx5000(&body);
+        let (c, out, err) = check(&s, &[]);
+        assert_eq!(c, 0, "{out}\n{err}");
+        assert!(verdict_line(&out).contains("no difference"), "{out}");
+        assert!(
+            out.contains("override experiments (HSA_OVERRIDE_GFX_VERSION=10.3.0: gfx1030 code on this gfx1010):"),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("override flat offset word: {flat}\n")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("override legacy fma word: {fma}\n")),
+            "{out}"
+        );
+        let (c, out, _) = check(&s, &["--json"]);
+        assert_eq!(c, 0, "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let o = &v["override_bugs"];
+        assert_eq!(o["run"], true, "{o:#}");
+        assert_eq!(o["card"], "gfx1010", "{o:#}");
+        assert_eq!(o["flat_offset"]["verdict"], flat, "{o:#}");
+        assert_eq!(o["fma_legacy"]["verdict"], fma, "{o:#}");
+        assert_eq!(
+            o["device"],
+            "0 gfx1030 \"Fake RX 5700 XT\" pci 0000:03:00.0 (1 visible)"
+        );
+        // Without the shim.
+        let stderr = o["stderr"].as_str().unwrap();
+        assert!(stderr.starts_with("override preload: "), "{o:#}");
+        assert!(!stderr.contains("librmcp_shim.so"), "{o:#}");
+        if body.contains("SEGV") {
+            assert_eq!(o["ended"]["signal"], 11, "{o:#}");
+            let missing = if fma == "inconclusive" && flat == "inconclusive" {
+                "flat_offset"
+            } else {
+                "fma_legacy"
+            };
+            let sentence = o[missing]["sentence"].as_str().unwrap();
+            assert!(sentence.contains("killed by signal 11"), "{sentence}");
+        }
+    }
+    // A gfx1031: not run, and the output says so.
+    let (c, out, _) = check(&fake(Fake::Right, Fake::Right, 3, true), &["--json"]);
+    assert_eq!(c, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let o = &v["override_bugs"];
+    assert_eq!(o["run"], false, "{o:#}");
+    let why = o["not_run"].as_str().unwrap();
+    assert!(
+        why.contains("the card is gfx1031 (KFD topology), not gfx1010-gfx1013"),
+        "{why}"
+    );
+    assert_eq!(o["flat_offset"], Value::Null);
+    let (_, out, _) = check(&fake(Fake::Right, Fake::Right, 3, true), &[]);
+    assert!(
+        out.contains("override experiments: not run: the card is gfx1031"),
+        "{out}"
+    );
+    assert!(!out.contains("override flat offset word"), "{out}");
+    // No GPU: not run either.
+    let (_, out, _) = check(&fake(Fake::NoDevice, Fake::NoDevice, 0, true), &["--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["override_bugs"]["run"], false, "{v:#}");
 }
 
 #[test]
@@ -768,6 +893,25 @@ fn on_the_emulated_gpu_the_verdict_is_inconclusive() {
         assert_eq!(b[run]["triton_rdna1_layout"]["word3"], "0x00027000");
         assert_eq!(b[run]["rdna_layout"]["word3"], "0x31027000");
     }
+    // The override experiments: a gfx1010, so they ran, in a third run where the runtime
+    // took the card for a gfx1030 and loaded the gfx1030 kernels; the packets completed,
+    // nothing ran, every output kept its sentinel: inconclusive, never a verdict on the card.
+    let o = &v["override_bugs"];
+    assert_eq!(o["run"], true, "{o:#}");
+    assert_eq!(o["card"], "gfx1010", "{o:#}");
+    assert!(o["device"].as_str().unwrap().contains(" gfx1030 "), "{o:#}");
+    assert_eq!(o["override_kernels"], "loaded (gfx1030)", "{o:#}");
+    assert_eq!(o["ended"]["exit_status"], 0, "{o:#}");
+    for k in ["flat_offset", "fma_legacy"] {
+        assert_eq!(o[k]["verdict"], "inconclusive", "{k}: {o:#}");
+        assert!(
+            o[k]["sentence"].as_str().unwrap().contains("ran no kernel"),
+            "{k}: {o:#}"
+        );
+    }
+    assert_eq!(o["flat_offset"]["offset16"], "0xdeadbeef", "{o:#}");
+    assert_eq!(o["flat_offset"]["control"], "0xdeadbeef", "{o:#}");
+    assert_eq!(o["fma_legacy"]["fmac_legacy"], "0xdeadbeef", "{o:#}");
     // What reached the driver: the coherent placements' hipHostMalloc allocations were
     // COHERENT in the first run only (one main thread per run, in order).
     let text = std::fs::read_to_string(&log).unwrap();

@@ -153,6 +153,15 @@ fn the_report_has_every_section_and_redacts() {
             md.contains("| Triton's RDNA1 layout (0x00027000) | written 0/4096 read 0/4096 |"),
             "{md}"
         );
+        // The override experiments ran (a gfx1010) and ran nothing either.
+        assert!(
+            md.contains("gfx1030 code on this gfx1010\n- override flat offset: **inconclusive**"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- override legacy FMA: **inconclusive**"),
+            "{md}"
+        );
     }
 
     // --no-redact keeps the path; --json is one object with the same parts.

@@ -45,6 +45,11 @@
 //!   buffer-verdict: buffer-layout-drops-writes      status)
 //!   verdict: wrong: host-default host-mapped host-coherent
 //!
+//! The override run (`rmcp check --measure-override`, on an RX 5000 only, under
+//! HSA_OVERRIDE_GFX_VERSION=10.3.0; [`main_override`]) prints the same facts, then
+//! `override-kernels: loaded (gfx1030)`, `override-flat-offset: offset16 X control Y` and
+//! `override-fma-legacy: fmac-legacy X fma Y mul-add Z` (override_bugs.rs reads them).
+//!
 //! Exit status: 0 every placement right; 1 some placement wrong; 2 no usable device
 //! (nothing run); 3 nothing wrong but some placement could not be measured (a HIP call
 //! failed, e.g. no code object for this GPU); 4 the runtime could not be loaded.
@@ -58,6 +63,7 @@ use rmcp_sys::PciAddress;
 
 use super::buffer_layout;
 use super::kernels;
+use super::override_bugs;
 
 /// The output format's version (the `field-check:` line).
 pub const FORMAT: u32 = 1;
@@ -698,15 +704,17 @@ fn device_names(hip: &Hip) -> (String, String) {
     (name, arch)
 }
 
-/// The measurement: prints the lines above and returns the exit status.
-pub fn main(runtime: Option<&Path>) -> u8 {
+/// The facts every run prints first (`field-check`, `runtime`, `hip-runtime`, `shim`,
+/// `device`, `hsa-override-gfx-version`, `kfd`): the runtime, with a usable device 0; else
+/// the exit status, after the `verdict:` line.
+fn start(runtime: Option<&Path>) -> Result<Hip, u8> {
     println!("field-check: {FORMAT}");
     let hip = match Hip::open(runtime) {
         Ok(h) => h,
         Err(e) => {
             println!("runtime: cannot load: {e}");
             println!("verdict: no HIP runtime: nothing was run");
-            return NO_RUNTIME;
+            return Err(NO_RUNTIME);
         }
     };
     println!("runtime: {}", hip.path);
@@ -745,7 +753,7 @@ pub fn main(runtime: Option<&Path>) -> u8 {
             println!("kfd: no GPU node in {}", sysfs.display());
         }
         println!("verdict: no usable device: nothing was run");
-        return NO_DEVICE;
+        return Err(NO_DEVICE);
     }
 
     // Device 0 only: HIP_VISIBLE_DEVICES picks another.
@@ -771,6 +779,15 @@ pub fn main(runtime: Option<&Path>) -> u8 {
     } else {
         println!("kfd: {}", kfd_line(&sysfs, &pci));
     }
+    Ok(hip)
+}
+
+/// The measurement: prints the lines above and returns the exit status.
+pub fn main(runtime: Option<&Path>) -> u8 {
+    let hip = match start(runtime) {
+        Ok(h) => h,
+        Err(status) => return status,
+    };
     for (name, host, flags) in PLACEMENTS {
         if host {
             print_flags(&hip, name, flags);
@@ -830,6 +847,125 @@ pub fn main(runtime: Option<&Path>) -> u8 {
         return INCOMPLETE;
     }
     println!("verdict: right: every placement gave the host's answer");
+    RIGHT
+}
+
+/// The override experiments' kernels (override_kernels.hip), in launch order.
+const OVERRIDE_KERNELS: [&CStr; 4] = [
+    c"rmcp_override_flat_offset",
+    c"rmcp_override_flat_control",
+    c"rmcp_override_fma_legacy",
+    c"rmcp_override_fma_control",
+];
+
+/// Runs `function` as one thread on `input` (copied to a hipMalloc buffer) and an output
+/// of `outputs` words that holds [`override_bugs::UNWRITTEN`] before; returns the output.
+fn run_single(
+    hip: &Hip,
+    function: *mut c_void,
+    input: &[u32],
+    outputs: usize,
+) -> Result<Vec<u32>, String> {
+    let mut got = vec![override_bugs::UNWRITTEN; outputs];
+    let mut bufs: [*mut c_void; 2] = [std::ptr::null_mut(); 2];
+    let sizes = [std::mem::size_of_val(input), outputs * 4];
+    let result = (|| -> Result<(), String> {
+        // SAFETY: HIP calls with out-pointers to locals, sizes matching the buffers, and
+        // pointers the runtime returned; the kernel's two parameters are pointers to the
+        // argument values, as hipModuleLaunchKernel takes.
+        unsafe {
+            for (b, size) in bufs.iter_mut().zip(sizes) {
+                hip.check((hip.malloc)(b, size), "hipMalloc")?;
+            }
+            hip.check(
+                (hip.memcpy)(bufs[0], input.as_ptr().cast(), sizes[0], HOST_TO_DEVICE),
+                "hipMemcpy",
+            )?;
+            hip.check(
+                (hip.memcpy)(bufs[1], got.as_ptr().cast(), sizes[1], HOST_TO_DEVICE),
+                "hipMemcpy",
+            )?;
+            hip.check((hip.device_synchronize)(), "hipDeviceSynchronize")?;
+            let mut args: [*mut c_void; 2] = [
+                (&raw mut bufs[0]).cast::<c_void>(),
+                (&raw mut bufs[1]).cast::<c_void>(),
+            ];
+            hip.launch_1d(function, 1, 1, &mut args)?;
+            hip.check(
+                (hip.memcpy)(got.as_mut_ptr().cast(), bufs[1], sizes[1], DEVICE_TO_HOST),
+                "hipMemcpy",
+            )?;
+        }
+        Ok(())
+    })();
+    for b in bufs {
+        if !b.is_null() {
+            // SAFETY: a pointer hipMalloc returned, freed once.
+            let _ = unsafe { (hip.free)(b) };
+        }
+    }
+    result.map(|()| got)
+}
+
+/// The override experiments (override_bugs.rs), in the child run under
+/// HSA_OVERRIDE_GFX_VERSION=10.3.0 (`rmcp check --measure-override`): the facts as
+/// [`main`] prints them, then `override-kernels`, `override-flat-offset` and
+/// `override-fma-legacy` lines (values, or `error: ...`). Exit status 0 when both lines
+/// were printed, else as [`main`] (no runtime, no device).
+pub fn main_override(runtime: Option<&Path>) -> u8 {
+    let hip = match start(runtime) {
+        Ok(h) => h,
+        Err(status) => return status,
+    };
+    let functions = (|| -> Result<[*mut c_void; 4], String> {
+        if !kernels::override_present() {
+            return Err("this rmcp carries no override kernels".into());
+        }
+        let bundle = kernels::override_aligned();
+        let mut module: *mut c_void = std::ptr::null_mut();
+        // SAFETY: as in Module::load: a complete bundle that lives until the process ends.
+        let e = unsafe { (hip.module_load_data)(&mut module, bundle.as_ptr().cast()) };
+        hip.check(e, "hipModuleLoadData")?;
+        let mut f = [std::ptr::null_mut(); 4];
+        for (slot, name) in f.iter_mut().zip(OVERRIDE_KERNELS) {
+            // SAFETY: a module the runtime returned and a NUL-terminated name.
+            let e = unsafe { (hip.module_get_function)(slot, module, name.as_ptr()) };
+            hip.check(e, "hipModuleGetFunction")?;
+        }
+        Ok(f)
+    })();
+    match &functions {
+        Ok(_) => println!("override-kernels: loaded ({})", kernels::OVERRIDE_TARGET),
+        Err(e) => println!("override-kernels: error: {e}"),
+    }
+    let flat_in: Vec<u32> = (0..override_bugs::FLAT_ELEMENTS)
+        .map(override_bugs::flat_value)
+        .collect();
+    let flat = functions.clone().and_then(|f| {
+        let a = run_single(&hip, f[0], &flat_in, 1)?;
+        let c = run_single(&hip, f[1], &flat_in, 1)?;
+        Ok(override_bugs::FlatReadings {
+            offset16: a[0],
+            control: c[0],
+        })
+    });
+    match flat {
+        Ok(r) => println!("{}: {r}", override_bugs::FLAT_KEY),
+        Err(e) => println!("{}: error: {e}", override_bugs::FLAT_KEY),
+    }
+    let fma = functions.and_then(|f| {
+        let l = run_single(&hip, f[2], &override_bugs::FMA_INPUTS, 1)?;
+        let c = run_single(&hip, f[3], &override_bugs::FMA_INPUTS, 2)?;
+        Ok(override_bugs::FmaReadings {
+            legacy: l[0],
+            fma: c[0],
+            mul_add: c[1],
+        })
+    });
+    match fma {
+        Ok(r) => println!("{}: {r}", override_bugs::FMA_KEY),
+        Err(e) => println!("{}: error: {e}", override_bugs::FMA_KEY),
+    }
     RIGHT
 }
 

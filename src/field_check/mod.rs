@@ -10,6 +10,10 @@
 //! - `buffer_layout`: the buffer-layout experiment (Triton's RDNA1 descriptor layout, the
 //!   RDNA layout rmcp writes, plain global stores) and its verdict, reported beside the
 //!   atomics verdict (it does not change the exit status);
+//! - `override_bugs`: on an RX 5000 only, the override experiments (what the card does with
+//!   a FLAT instruction offset and with `v_fmac_legacy_f32` in gfx1030 code), run in a third
+//!   child process (`rmcp check --measure-override`) under HSA_OVERRIDE_GFX_VERSION=10.3.0,
+//!   without the shim, and their two verdicts (they do not change the exit status either);
 //! - this file: the options, the two runs, reading their output, the verdict (a fixed word
 //!   and a sentence) and the exit status, as text or `--json`.
 //!
@@ -37,6 +41,7 @@ use crate::run;
 mod buffer_layout;
 mod kernels;
 mod measure;
+mod override_bugs;
 mod runtime;
 
 /// The options of `rmcp check`.
@@ -63,6 +68,9 @@ pub struct CheckArgs {
     /// The measurement itself, in the child process each run is.
     #[arg(long, hide = true)]
     pub measure: bool,
+    /// The override experiments, in the child process run under HSA_OVERRIDE_GFX_VERSION.
+    #[arg(long, hide = true)]
+    pub measure_override: bool,
     /// Tests only: run PROGRAM (no arguments) in place of the measurement.
     #[arg(long, hide = true, value_name = "PROGRAM")]
     pub measure_with: Option<PathBuf>,
@@ -655,6 +663,9 @@ pub fn main(args: CheckArgs) -> u8 {
     if args.measure {
         return measure::main(args.runtime.as_deref());
     }
+    if args.measure_override {
+        return measure::main_override(args.runtime.as_deref());
+    }
     if args.measure_with.is_none() && !kernels::present() {
         return no_kernels(args.json);
     }
@@ -731,6 +742,37 @@ pub fn main(args: CheckArgs) -> u8 {
         }
     }
     let (a, b) = (&outputs[0], &outputs[1]);
+    // The override experiments: on an RX 5000 only, in a third run, without the shim
+    // (`--measure-with`: the program, with the same environment).
+    let kfd = a.get("kfd").or(b.get("kfd"));
+    let override_run = match override_bugs::not_run_on(kfd) {
+        Some(why) => Err(override_bugs::Outcome::NotRun(why)),
+        None => {
+            let mut child_args = child_args.clone();
+            if args.measure_with.is_none() {
+                child_args[1] = "--measure-override".into();
+            }
+            let env = [(
+                override_bugs::OVERRIDE_VARIABLE,
+                OsString::from(override_bugs::OVERRIDE),
+            )];
+            match run_captured(&program, &child_args, without.as_deref(), &env, timeout) {
+                Ok(o) => Ok(o),
+                Err(e) => {
+                    eprintln!("rmcp: {} (override run): {e}", program.display());
+                    return run::exec_error_status(&e);
+                }
+            }
+        }
+    };
+    let card = kfd
+        .and_then(override_bugs::kfd_gfx)
+        .unwrap_or("unknown")
+        .to_string();
+    let overrides = match &override_run {
+        Err(not_run) => not_run.clone(),
+        Ok(o) => override_bugs::outcome(&card, |k| o.get(k).map(String::from), &o.ended.describe()),
+    };
     let rewrites = crate::input::read_capped(
         &stats,
         rmcp_core::stats_file::MAX_FILE_BYTES,
@@ -779,6 +821,7 @@ pub fn main(args: CheckArgs) -> u8 {
             })),
             "runs": { "without_rmcp": run_json(a), "with_rmcp": run_json(b) },
             "buffer_layout": buffer_layout::json(counts(a), counts(b)),
+            "override_bugs": override_json(&overrides, override_run.as_ref().ok()),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return verdict.status;
@@ -819,5 +862,22 @@ pub fn main(args: CheckArgs) -> u8 {
     println!("verdict word: {}", verdict.word);
     println!("\nbuffer layout: {}", buffer.text);
     println!("buffer layout word: {}", buffer.word);
+    if let Ok(o) = &override_run {
+        print_stderr("in the override run", o);
+    }
+    print!("\n{}", overrides.text());
     verdict.status
+}
+
+/// The override experiments as JSON, with the run's facts and end when it ran.
+fn override_json(outcome: &override_bugs::Outcome, run: Option<&RunOutput>) -> Value {
+    let mut v = outcome.json();
+    if let (Some(r), Some(o)) = (run, v.as_object_mut()) {
+        let j = run_json(r);
+        for k in ["device", "ended", "stderr"] {
+            o.insert(k.into(), j[k].clone());
+        }
+        o.insert("override_kernels".into(), json!(r.get("override-kernels")));
+    }
+    v
 }
