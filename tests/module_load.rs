@@ -28,6 +28,11 @@
 //! - Patched on Triton's vector add: 1 literal (an `s_mov_b32` of `0x27000`), feeding 24
 //!   buffer instructions.
 //!
+//! - Issue 40: under HSA_OVERRIDE_GFX_VERSION=10.3.0 on the emulated gfx1010, a gfx1030
+//!   module with `s_inst_prefetch` reaches the GPU with `s_nop 0` there and every other byte
+//!   as it was: on 5.2.3 by name (`warn`, `off`, an RDNA2 card and hipModuleLoad: as it
+//!   was), on 6.4.3 and 7.2.4 through hipGetProcAddress.
+//!
 //! Skipped without the real runtime, the emulator, hipcc, Triton (scripts/triton-venv) or
 //! the 7.2.4 root (which also needs root, for chroot); a failure under
 //! RMCP_REQUIRE_REAL_HIP=1.
@@ -815,4 +820,82 @@ fn on_5_2_3_under_the_override_the_prefetch_becomes_s_nop_only_on_rdna1() {
     let f = run5(&lib, d, "rdna1", true, &[over], &["file", file, "copy"]);
     assert_eq!(f.stdout, LOADED, "{}", f.stderr);
     assert_eq!(seen(&f.dump, &code), Seen::Original);
+}
+
+/// Issue 40 item 1 on ROCm 6.4.3 (sid) and 7.2.4 (exp): the same gfx1030 module with
+/// `s_inst_prefetch`, loaded through hipGetProcAddress as Triton's driver loads (linked to
+/// the runtime on 7.2.4, dlopened RTLD_LOCAL on 6.4.3), under HSA_OVERRIDE_GFX_VERSION=10.3.0:
+/// the emulated gfx1010 gets `s_nop 0` in that word and every other byte as it was; an RDNA2
+/// card (gfx1031) under the same override gets it unchanged.
+#[test]
+fn on_6_4_3_and_7_2_4_under_the_override_the_prefetch_becomes_s_nop_through_get_proc_address() {
+    let Some(lib) = emugpu_lib() else {
+        return;
+    };
+    let objects = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object_of(
+        objects.path(),
+        "gfx1030",
+        "extern \"C\" __global__ void add_kernel(int *p) {\n\
+         \x20 asm volatile(\"s_inst_prefetch 0x1\");\n\
+         \x20 p[threadIdx.x] = 1;\n}\n",
+    ) else {
+        return;
+    };
+    let original = text_of(&std::fs::read(&co).unwrap());
+    let code = Code {
+        fixed: prefetch_fixed(&original),
+        original,
+    };
+    assert_ne!(code.original, code.fixed);
+    for (root_name, program, so) in [
+        ("sid", 0u8, "libamdhip64.so.6"),
+        ("exp", 7u8, "libamdhip64.so.7"),
+    ] {
+        let Some(root) = compat_root(root_name) else {
+            return;
+        };
+        let dir = root_dir(&root, &lib, &format!("override-{root_name}"));
+        let name = format!("module_load_{program}");
+        dir.copy(&module_load_program(program), &name);
+        dir.copy(&co, "k.co");
+        dir.copy(&repo().join("tests/fixtures/rdna2"), "rdna2");
+        std::fs::create_dir(dir.host().join("lib")).unwrap();
+        std::os::unix::fs::symlink(
+            format!("/usr/lib/x86_64-linux-gnu/{so}"),
+            dir.host().join("lib/libamdhip64.so"),
+        )
+        .unwrap();
+        let over = [("HSA_OVERRIDE_GFX_VERSION", "10.3.0")];
+        let r = |fixture: &str, shim: bool| run_in_root(&dir, &name, fixture, shim, &over, "k.co");
+        let none = r("rdna1", false);
+        assert_eq!(
+            none.stdout, LOADED,
+            "{root_name} without rmcp: {}",
+            none.stderr
+        );
+        assert_eq!(seen(&none.dump, &code), Seen::Original, "{root_name}");
+        let with = r("rdna1", true);
+        assert_eq!(
+            with.stdout, LOADED,
+            "{root_name} with rmcp: {}",
+            with.stderr
+        );
+        assert_eq!(
+            seen(&with.dump, &code),
+            Seen::Fixed,
+            "{root_name}: {}",
+            with.stderr
+        );
+        assert_eq!(with.stats["override_fixes"]["fixed"], 1, "{}", with.stats);
+        assert_eq!(with.stats["override_fixes"]["instructions_fixed"], 1);
+        let rdna2 = r("rdna2", true);
+        assert_eq!(rdna2.stdout, LOADED, "{root_name} rdna2: {}", rdna2.stderr);
+        assert_eq!(
+            seen(&rdna2.dump, &code),
+            Seen::Original,
+            "{root_name} rdna2"
+        );
+        assert_eq!(rdna2.stats["override_fixes"]["fixed"], 0);
+    }
 }
