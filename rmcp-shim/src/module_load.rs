@@ -15,8 +15,9 @@
 //!   image, and that answer is returned; answers reach the caller bit for bit;
 //! - the runtime keeps the image pointer for the module's life (clr's `FatBinaryInfo` keeps
 //!   it and `addDeviceProgram` is given it without a copy), so a fixed copy is never freed:
-//!   it is kept for the life of the process, at most [`MAX_KEPT`] bytes in all (past that,
-//!   images are forwarded as they are, said once);
+//!   it is kept for the life of the process, once per content (an image loaded again gets
+//!   the copy kept the first time), at most [`MAX_KEPT`] bytes in all (past that, images
+//!   are forwarded as they are, said once);
 //! - nothing runs for a process that never loads a module; `RMCP_BUFFER_DESCRIPTORS=off` or
 //!   `RMCP_MODE=off` reads nothing at all.
 //!
@@ -27,6 +28,7 @@
 
 use std::ffi::{CStr, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use rmcp_core::buffer_descriptors::{self as descriptors, ImageScan};
@@ -331,7 +333,7 @@ fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared
     if copy.len() != bytes.len() {
         return UNTOUCHED;
     }
-    let len = copy.len() as u64;
+    let len = if is_kept(&copy) { 0 } else { copy.len() as u64 };
     if KEPT.fetch_add(len, Relaxed).saturating_add(len) > MAX_KEPT {
         KEPT.fetch_sub(len, Relaxed);
         if p.action == LoadAction::Fix {
@@ -343,9 +345,36 @@ fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared
         p.full = true;
         return p;
     }
-    // Kept for the process's life: the runtime keeps the pointer (module header).
-    p.fixed = Some(Box::leak(copy.into_boxed_slice()));
+    p.fixed = Some(keep(copy));
     p
+}
+
+/// The fixed copies kept, by content: one image loaded many times (an autotuner, a
+/// notebook cell run again) is kept once. Locked only by module loads, never waited for
+/// elsewhere.
+static COPIES: Mutex<Vec<&'static [u8]>> = Mutex::new(Vec::new());
+
+/// Whether a copy with these bytes is kept already (it costs nothing more).
+fn is_kept(copy: &[u8]) -> bool {
+    COPIES
+        .try_lock()
+        .is_ok_and(|kept| kept.iter().any(|k| *k == copy))
+}
+
+/// A fixed copy to hand the runtime, kept for the process's life (the runtime keeps the
+/// pointer: module header): the one already kept with the same bytes, else `copy`, kept.
+fn keep(copy: Vec<u8>) -> &'static [u8] {
+    // Never waited for: a lock held across a fork by a thread the child does not have
+    // would never be released.
+    let Ok(mut kept) = COPIES.try_lock() else {
+        return Box::leak(copy.into_boxed_slice());
+    };
+    if let Some(same) = kept.iter().find(|k| **k == copy.as_slice()) {
+        return same;
+    }
+    let copy: &'static [u8] = Box::leak(copy.into_boxed_slice());
+    kept.push(copy);
+    copy
 }
 
 /// The body of the hooks of the rows marked `loads image from IMAGE`. `asked` makes the

@@ -9,6 +9,10 @@
  *           the program links against the fake runtime, which lacks it)
  *   dataex  hipModuleLoadDataEx(&module, image, 0, NULL, NULL) by name
  *   file    hipModuleLoad(&module, FILE) by name
+ *   reload  FILE N: N times, the image copied into a new heap buffer, hipModuleLoadData,
+ *           hipModuleUnload, the buffer freed (an autotuner, a notebook cell run again);
+ *           prints "reload loads=N failed=F hwm_kb=K" (K: the process's peak resident
+ *           memory, VmHWM)
  *   proc    as Triton's HIP driver (third_party/amd/backend/driver.c): dlopen(LIB,
  *           RTLD_LAZY | RTLD_LOCAL) with LIB from RMCP_TEST_HIP_LIB (default
  *           "libamdhip64.so"), dlsym "hipDriverGetVersion" and "hipGetProcAddress" (with
@@ -82,6 +86,36 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	memcpy(copy, image, len);
+
+	if (!strcmp(mode, "reload")) {
+		long n = argc > 3 ? atol(argv[3]) : 0, failed = 0;
+		hipError_t (*unload)(void *) = (hipError_t(*)(void *))dlsym(RTLD_DEFAULT, "hipModuleUnload");
+		if (!hipModuleLoadData || !unload || n <= 0) {
+			fprintf(stderr, "module_load: reload needs hipModuleLoadData, hipModuleUnload and N\n");
+			return 2;
+		}
+		for (long i = 0; i < n; i++) {
+			unsigned char *b = malloc(len);
+			void *m = NULL;
+			if (!b)
+				return 2;
+			memcpy(b, image, len);
+			if (hipModuleLoadData(&m, b) || unload(m))
+				failed++;
+			free(b);
+		}
+		long hwm = -1;
+		FILE *st = fopen("/proc/self/status", "r");
+		char line[256];
+		while (st && fgets(line, sizeof line, st))
+			if (!strncmp(line, "VmHWM:", 6))
+				hwm = atol(line + 6);
+		if (st)
+			fclose(st);
+		printf("reload loads=%ld failed=%ld hwm_kb=%ld\n", n, failed, hwm);
+		fflush(stdout);
+		return failed ? 1 : 0;
+	}
 
 	void *module = NULL, *function = NULL;
 	hipError_t rc;
