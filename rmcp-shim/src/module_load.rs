@@ -358,7 +358,7 @@ static COPIES: Mutex<Vec<&'static [u8]>> = Mutex::new(Vec::new());
 fn is_kept(copy: &[u8]) -> bool {
     COPIES
         .try_lock()
-        .is_ok_and(|kept| kept.iter().any(|k| *k == copy))
+        .is_ok_and(|kept| kept.contains(&copy))
 }
 
 /// A fixed copy to hand the runtime, kept for the process's life (the runtime keeps the
