@@ -20,14 +20,6 @@ use rmcp_core::gfx101x::scan_image;
 const LLVM_OBJDUMP: &str = "/usr/lib/llvm-15/bin/llvm-objdump";
 const ROCSPARSE: &str = "/usr/lib/x86_64-linux-gnu/librocsparse.so.0";
 
-struct FileReader<'a>(&'a std::fs::File);
-
-impl co::ReadAt for FileReader<'_> {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::os::unix::fs::FileExt::read_at(self.0, buf, offset)
-    }
-}
-
 fn read_at(f: &std::fs::File, at: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0; len];
     std::os::unix::fs::FileExt::read_exact_at(f, &mut b, at).expect("read");
@@ -38,9 +30,8 @@ fn read_at(f: &std::fs::File, at: u64, len: usize) -> Vec<u8> {
 /// bytes).
 fn largest_gfx1030(lib: &Path) -> Option<(usize, Vec<u8>)> {
     let f = std::fs::File::open(lib).ok()?;
-    let r = FileReader(&f);
-    let section = co::find_section(&r, FATBIN_SECTION).ok()??;
-    let fat = co::scan_fatbin(&r, section.offset, section.size);
+    let section = co::find_section(&f, FATBIN_SECTION).ok()??;
+    let fat = co::scan_fatbin(&f, section.offset, section.size);
     let mut best: Option<(usize, u64, usize)> = None;
     for (i, b) in fat.bundles.iter().enumerate() {
         if b.format != BundleFormat::Plain {

@@ -27,6 +27,7 @@ use std::fmt;
 use crate::gfx::Gfx;
 
 pub mod amdgpu;
+pub mod pick;
 pub mod write;
 
 // ---------------------------------------------------------------------------------------
@@ -50,6 +51,13 @@ impl ReadAt for [u8] {
         let n = buf.len().min(self.len() - start);
         buf[..n].copy_from_slice(&self[start..start + n]);
         Ok(n)
+    }
+}
+
+/// Positioned reads of a file the caller opened (`pread`).
+impl ReadAt for std::fs::File {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self, buf, offset)
     }
 }
 

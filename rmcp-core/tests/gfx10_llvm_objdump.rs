@@ -204,15 +204,6 @@ fn hipcc_objects(dir: &Path, out: &mut Vec<Object>) {
     }
 }
 
-/// Positioned reads of a file, for `code_objects`.
-struct FileReader<'a>(&'a std::fs::File);
-
-impl co::ReadAt for FileReader<'_> {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::os::unix::fs::FileExt::read_at(self.0, buf, offset)
-    }
-}
-
 fn read_at(f: &std::fs::File, at: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0; len];
     std::os::unix::fs::FileExt::read_exact_at(f, &mut b, at).unwrap();
@@ -223,9 +214,8 @@ fn read_at(f: &std::fs::File, at: u64, len: usize) -> Vec<u8> {
 /// file offset, size), without reading the library whole.
 fn fatbin_entries(lib: &Path, processor: &str) -> Option<Vec<(usize, u64, usize)>> {
     let f = std::fs::File::open(lib).unwrap();
-    let r = FileReader(&f);
-    let section = co::find_section(&r, FATBIN_SECTION).unwrap()?;
-    let fat = co::scan_fatbin(&r, section.offset, section.size);
+    let section = co::find_section(&f, FATBIN_SECTION).unwrap()?;
+    let fat = co::scan_fatbin(&f, section.offset, section.size);
     let mut out = Vec::new();
     for (i, b) in fat.bundles.iter().enumerate() {
         if b.format != BundleFormat::Plain {

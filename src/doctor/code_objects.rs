@@ -11,11 +11,11 @@
 //! `warn` finding naming it.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rmcp_core::code_objects::{
-    self as co, BundleFormat, FATBIN_SECTION, FatbinScan, ReadAt, TargetId, Verdict,
+    self as co, BundleFormat, FATBIN_SECTION, FatbinScan, TargetId, Verdict,
 };
 use rmcp_core::gfx::Gfx;
 use rmcp_core::remedy::{Carries, OverrideEffect, advise, override_effect};
@@ -131,14 +131,6 @@ fn target_sort_key(s: &str) -> (u32, String) {
         }
     };
     (n, s.to_string())
-}
-
-struct FileAt(std::fs::File);
-
-impl ReadAt for FileAt {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read_at(buf, offset)
-    }
 }
 
 /// `lib*.so`, `lib*.so.6`, `*.cpython-311-x86_64-linux-gnu.so`.
@@ -461,14 +453,14 @@ fn read_elf(path: &Path) -> Read {
     // A regular file only, opened without blocking (`input`): a FIFO found in a walk is
     // never waited on.
     let file = match crate::input::open_regular(path) {
-        Ok(f) => FileAt(f),
+        Ok(f) => f,
         Err(e) => return Read::Unreadable(e.why),
     };
     let section = match co::find_section(&file, FATBIN_SECTION) {
         Ok(Some(s)) => s,
         // A bare bundle file (`hipcc --genco`, a Tensile `.co`): the whole file.
         Ok(None) if starts_as_bundle(path) => {
-            let len = file.0.metadata().map_or(0, |m| m.len());
+            let len = file.metadata().map_or(0, |m| m.len());
             co::Section {
                 name: String::new(),
                 kind: 1,
