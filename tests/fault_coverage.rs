@@ -101,11 +101,21 @@ fn cc(src: &Path, exe: &Path, more: &[&std::ffi::OsStr]) {
 }
 
 fn hipcc_build(hipcc: &Path, dir: &Path, name: &str, src: &str) -> std::path::PathBuf {
+    hipcc_build_for("gfx1010", hipcc, dir, name, src)
+}
+
+fn hipcc_build_for(
+    arch: &str,
+    hipcc: &Path,
+    dir: &Path,
+    name: &str,
+    src: &str,
+) -> std::path::PathBuf {
     let file = dir.join(format!("{name}.hip"));
     std::fs::write(&file, src).unwrap();
     let exe = dir.join(name);
     let out = Command::new(hipcc)
-        .arg("--offload-arch=gfx1010")
+        .arg(format!("--offload-arch={arch}"))
         .arg(&file)
         .arg("-o")
         .arg(&exe)
@@ -629,4 +639,57 @@ fn real_llama_cpp_runs_the_same_with_its_pinned_buffers_rewritten_on_6_4_3() {
         rewritten >= 1,
         "no pinned buffer of ggml's rewritten\n{ctx}"
     );
+}
+
+/// Issue 39 item 4 for the fat binary a program registers at start-up (as PyTorch's
+/// libraries do): under HSA_OVERRIDE_GFX_VERSION=10.3.0 on the emulated gfx1010, a hipcc
+/// program built for gfx1030 faults in its kernel; the block names the kernel's hardware-bug
+/// sites, read at the fault from the program's own `.hip_fatbin` (the entry the runtime
+/// loads for gfx1030), and the runtime's ending is as without rmcp.
+#[test]
+fn under_the_override_a_registered_kernels_sites_are_named_at_the_fault() {
+    let Some((lib, hipcc)) = emugpu_with_hipcc() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = hipcc_build_for(
+        "gfx1030",
+        &hipcc,
+        dir.path(),
+        "scale",
+        r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+__global__ void scale(int *p, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i + 1] = p[i + 1] * 3 + 1;
+}
+int main() {
+    int *d = 0;
+    if (hipMalloc((void **)&d, 4096) != hipSuccess) return 3;
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0) != 0) return 5;
+    scale<<<1, 64>>>(d, 100);
+    printf("sync: %d\n", (int)hipDeviceSynchronize());
+    return 0;
+}
+"#,
+    );
+    let args = [
+        "env".as_ref(),
+        "HSA_OVERRIDE_GFX_VERSION=10.3.0".as_ref(),
+        exe.as_os_str(),
+    ];
+    let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &args));
+    assert!(block.contains("_Z5scalePii in "), "{ctx}");
+    assert!(
+        block.contains("gfx1030 code that this gfx1010 executes wrongly"),
+        "{ctx}"
+    );
+    let line = block
+        .lines()
+        .find(|l| l.contains("    _Z5scalePii: "))
+        .unwrap_or_else(|| panic!("no sites line for the kernel\n{ctx}"));
+    assert!(line.contains("vcmpx-exec-war-hazard "), "{line}\n{ctx}");
 }

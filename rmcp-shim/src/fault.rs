@@ -317,6 +317,9 @@ fn gather(
         .iter()
         .map(crate::launches::describe)
         .collect();
+    let _ = std::panic::catch_unwind(|| {
+        crate::gfx101x::scan_libraries(&kernels, topology.as_ref());
+    });
     let gfx101x_sites = crate::gfx101x::sites_of(kernels.iter().filter_map(|k| k.name.as_deref()));
     let (graph_kernels, graph_kernels_dropped) = crate::graphs::kernels();
     let rewritten = rmcp_core::registry::HOOKS

@@ -8,8 +8,14 @@
 //! neither a load nor the fault path ever waits for its lock (a contended lock, as after a
 //! `fork` taken while another thread held it, skips the recording or the saying). Bounded:
 //! the image is at most the load hook's limit (256 MiB), the table at most
-//! [`MAX_KERNELS`] names. Kernels of fat binaries registered at start-up
-//! (`__hipRegisterFatBinary`) are not scanned here.
+//! [`MAX_KERNELS`] names.
+//!
+//! Kernels of the fat binaries registered at start-up (a program's or a library's
+//! `.hip_fatbin`, launched through their host stubs: PyTorch's) are never read at start-up:
+//! at a fault that lists one, the library it came from is read then ([`scan_libraries`]):
+//! of each offload bundle in its `.hip_fatbin`, only the entry the runtime loads for the
+//! override's ISA (`code_objects::pick`), at most [`FAULT_BYTES`] of code objects and
+//! [`FAULT_TIME`] per fault, each library once per process.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -28,10 +34,86 @@ static SITES: Mutex<BTreeMap<String, (Counts, usize)>> = Mutex::new(BTreeMap::ne
 /// The card to scan for: the first GPU of the topology that is gfx101x silicon and that
 /// `HSA_OVERRIDE_GFX_VERSION` (or its per-node form) makes run gfx103x code.
 pub(crate) fn card(topology: Option<&Topology>) -> Option<Gfx> {
+    card_and_isa(topology).map(|(card, _)| card)
+}
+
+/// That card, and the ISA the override makes the runtime load code for.
+fn card_and_isa(topology: Option<&Topology>) -> Option<(Gfx, Gfx)> {
     topology?.gpus.iter().find_map(|g| {
         let value = OverrideValue::parse(&crate::report::override_now(g.node)?)?;
-        (override_effect(g.gfx, value.gfx()) == OverrideEffect::Rdna1AsRdna2).then_some(g.gfx)
+        (override_effect(g.gfx, value.gfx()) == OverrideEffect::Rdna1AsRdna2)
+            .then_some((g.gfx, value.gfx()))
     })
+}
+
+/// Code objects read at most at one fault, and for how long.
+const FAULT_BYTES: u64 = 256 << 20;
+const FAULT_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The libraries read at a fault so far (each once per process).
+static LIBRARIES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// At a fault under such an override: reads the fat binaries of the libraries the listed
+/// kernels came from (those launched through a host stub, not yet scanned), bounded.
+pub(crate) fn scan_libraries(kernels: &[rmcp_core::fault::Kernel], topology: Option<&Topology>) {
+    let Some((card, isa)) = card_and_isa(topology) else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let mut budget = FAULT_BYTES;
+    for k in kernels {
+        let (Some(name), Some(library)) = (&k.name, &k.library) else {
+            continue;
+        };
+        if SITES.try_lock().map_or(true, |t| t.contains_key(name)) {
+            continue;
+        }
+        let path = if library.is_empty() {
+            "/proc/self/exe".to_string()
+        } else {
+            library.clone()
+        };
+        {
+            let Ok(mut seen) = LIBRARIES.try_lock() else {
+                return;
+            };
+            if seen.contains(&path) {
+                continue;
+            }
+            seen.push(path.clone());
+        }
+        scan_library(&path, card, isa, started, &mut budget);
+    }
+}
+
+/// One library's `.hip_fatbin`: each bundle's entry for `isa`, scanned for `card`, until
+/// the time or the byte budget runs out.
+fn scan_library(path: &str, card: Gfx, isa: Gfx, started: std::time::Instant, budget: &mut u64) {
+    use rmcp_core::code_objects::{self as co, pick};
+    let Ok(f) = std::fs::File::open(path) else {
+        return;
+    };
+    let Ok(Some(section)) = co::find_section(&f, co::FATBIN_SECTION) else {
+        return;
+    };
+    let fat = co::scan_fatbin(&f, section.offset, section.size);
+    let section_end = section.offset.saturating_add(section.size);
+    let dev = co::Device::from_gfx(isa);
+    for (i, b) in fat.bundles.iter().enumerate() {
+        if started.elapsed() > FAULT_TIME || *budget == 0 {
+            return;
+        }
+        let end = fat
+            .bundles
+            .get(i + 1)
+            .map_or(section_end, |n| n.offset.min(section_end));
+        if let pick::Got::Object { bytes, .. } =
+            pick::read_object(&f, b.offset, end, &dev, isa, *budget)
+        {
+            *budget = budget.saturating_sub(bytes.len() as u64);
+            scan_loaded(card, &bytes);
+        }
+    }
 }
 
 /// Scans a loaded image for `card` and keeps its kernels' sites.
