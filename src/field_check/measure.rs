@@ -318,6 +318,17 @@ impl Hip {
         }
     }
 
+    /// Frees the buffers of `bufs` that hipMalloc returned (null ones were never made).
+    fn free_all(&self, bufs: &[*mut c_void]) {
+        for &b in bufs {
+            if !b.is_null() {
+                // SAFETY: a pointer hipMalloc returned, freed once (each caller frees its
+                // buffers here only, after its last use).
+                let _ = unsafe { (self.free)(b) };
+            }
+        }
+    }
+
     /// Launches `function` on `grid` blocks of `block` threads (one dimension) on the null
     /// stream and waits for it.
     ///
@@ -485,12 +496,7 @@ fn run_buffer(
         }
         Ok(())
     })();
-    for b in bufs {
-        if !b.is_null() {
-            // SAFETY: a pointer hipMalloc returned, freed once.
-            let _ = unsafe { (hip.free)(b) };
-        }
-    }
+    hip.free_all(&bufs);
     match result {
         Err(e) => {
             println!("{key}: error: {e}");
@@ -898,12 +904,7 @@ fn run_single(
         }
         Ok(())
     })();
-    for b in bufs {
-        if !b.is_null() {
-            // SAFETY: a pointer hipMalloc returned, freed once.
-            let _ = unsafe { (hip.free)(b) };
-        }
-    }
+    hip.free_all(&bufs);
     result.map(|()| got)
 }
 
