@@ -902,9 +902,9 @@ fn on_6_4_3_and_7_2_4_under_the_override_the_prefetch_becomes_s_nop_through_get_
 
 /// Issue 40 item 3, the round-five shape: one broken module loaded and unloaded 1,000
 /// times (each time from a new heap buffer, as an autotuner or a notebook cell run again
-/// does) is fixed every time and kept once: the process's peak memory with rmcp is within
-/// a few MiB of its peak without (before, each fixed copy was kept: +149 MiB for 20,000
-/// loads of a 7.7 KB image).
+/// does) is fixed every time, its copy freed when the module is unloaded: the process's
+/// peak memory with rmcp is within a few MiB of its peak without (before, each fixed copy
+/// was kept: +149 MiB for 20,000 loads of a 7.7 KB image).
 #[test]
 fn on_5_2_3_one_module_reloaded_is_kept_once() {
     let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
@@ -934,5 +934,34 @@ fn on_5_2_3_one_module_reloaded_is_kept_once() {
         "peak memory with rmcp {} KiB, without {} KiB",
         hwm(&with),
         hwm(&none)
+    );
+}
+
+/// Issue 40 item 3: one image loaded twice shares one fixed copy; unloading the first
+/// module leaves the copy to the second, which still works (hipModuleGetFunction, the GPU
+/// holding the fixed code); the same answers as without rmcp.
+#[test]
+fn on_5_2_3_a_fixed_module_unloaded_while_another_holds_the_same_image_keeps_the_copy() {
+    let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some(broken) = buffer_kernel_object(d, "0x00027000") else {
+        return;
+    };
+    let broken_code = code(&std::fs::read(&broken).unwrap());
+    let args = ["twice", broken.to_str().unwrap(), "copy"];
+    let want = "twice load=0 load=0 unload=0 function=0 unload=0\n";
+    let none = run5(&lib, d, "rdna1", false, &[], &args);
+    assert_eq!(none.stdout, want, "{}", none.stderr);
+    let with = run5(&lib, d, "rdna1", true, &[], &args);
+    assert_eq!(with.stdout, want, "{}", with.stderr);
+    assert_eq!(seen(&with.dump, &broken_code), Seen::Fixed);
+    assert_eq!(with.count("fixed"), 2);
+    assert_eq!(
+        with.stats["calls"]["hipModuleUnload"]["calls"], 2,
+        "{}",
+        with.stats
     );
 }

@@ -187,6 +187,7 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         | Hook::HipModuleLoadData
         | Hook::HipModuleLoadDataEx
         | Hook::HipModuleLoad
+        | Hook::HipModuleUnload
         // Counted (host locations too: `host_location`), never changed.
         | Hook::HipMemCreate => None,
     };

@@ -23,7 +23,8 @@ macro_rules! registry {
         $(, host location in $prop:ident)?
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
-        $(, loads file $fname:ident)? ;
+        $(, loads file $fname:ident)?
+        $(, unloads module $umodule:ident)? ;
     )*) => {
         /// A hooked HIP entry point. The discriminant indexes per-hook tables (stats,
         /// warnings).

@@ -105,7 +105,8 @@ macro_rules! front_hooks {
         $(, host location in $prop:ident)?
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
-        $(, loads file $fname:ident)? ;
+        $(, loads file $fname:ident)?
+        $(, unloads module $umodule:ident)? ;
     )*]
     $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
         front_hooks! { @all

@@ -45,7 +45,8 @@ macro_rules! labels {
         $(, host location in $prop:ident)?
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
-        $(, loads file $fname:ident)? ;
+        $(, loads file $fname:ident)?
+        $(, unloads module $umodule:ident)? ;
     )*) => {
         mod entries {
             unsafe extern "C" {

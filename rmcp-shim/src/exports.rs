@@ -106,7 +106,8 @@ macro_rules! exports {
         $(, host location in $prop:ident)?
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
-        $(, loads file $fname:ident)? ;
+        $(, loads file $fname:ident)?
+        $(, unloads module $umodule:ident)? ;
     )*) => {
         // Every argument of every hook travels in an integer register.
         const _: () = { $( $( integer_register::<$ty>(); )* )* };
@@ -185,6 +186,11 @@ macro_rules! exports {
                             // SAFETY: `$fname` is the caller's argument, which the runtime
                             // read as a NUL-terminated path (or rejected, when null).
                             unsafe { crate::module_load::loaded_file::<COPY>(rc, $fname, ret) }
+                        }));
+                    } )?
+                    $( if rc == error::SUCCESS {
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            crate::module_load::unloaded($umodule)
                         }));
                     } )?
                     $( if rc == error::SUCCESS {

@@ -14,10 +14,12 @@
 //! - a fixed call that fails with anything but out-of-memory is made again with the caller's
 //!   image, and that answer is returned; answers reach the caller bit for bit;
 //! - the runtime keeps the image pointer for the module's life (clr's `FatBinaryInfo` keeps
-//!   it and `addDeviceProgram` is given it without a copy), so a fixed copy is never freed:
-//!   it is kept for the life of the process, once per content (an image loaded again gets
-//!   the copy kept the first time), at most [`MAX_KEPT`] bytes in all (past that, images
-//!   are forwarded as they are, said once);
+//!   it and `addDeviceProgram` is given it without a copy), so a fixed copy is kept until
+//!   the last module loaded from it is unloaded (`hipModuleUnload` succeeded: [`unloaded`]),
+//!   once per content (an image loaded again while its copy is kept gets that copy), at
+//!   most [`MAX_KEPT`] bytes in all (past that, images are forwarded as they are, said
+//!   once); where the lists cannot be had without waiting, a copy is kept for the process's
+//!   life instead;
 //! - nothing runs for a process that never loads a module; `RMCP_BUFFER_DESCRIPTORS=off` or
 //!   `RMCP_MODE=off` reads nothing at all.
 //!
@@ -47,7 +49,7 @@ use crate::thread::{self, ThreadState};
 
 /// The largest image the shim reads; a larger one is forwarded as it is.
 const MAX_IMAGE: usize = 256 << 20;
-/// The most bytes of fixed copies kept for the life of the process.
+/// The most bytes of fixed copies kept at once.
 const MAX_KEPT: u64 = 1 << 30;
 
 static KEPT: AtomicU64 = AtomicU64::new(0);
@@ -235,8 +237,8 @@ struct Prepared {
     /// Under an override that makes a gfx1010-gfx1013 card run gfx103x code: what can be
     /// fixed in place, what cannot, and what is done.
     overrides: Option<Overrides>,
-    /// The fixed copy to forward (kept for the process's life).
-    fixed: Option<&'static [u8]>,
+    /// The fixed copy to forward (kept while a module uses it).
+    fixed: Option<Handed>,
     /// The keep limit turned a fix into a warning.
     full: bool,
 }
@@ -334,8 +336,7 @@ fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared
         return UNTOUCHED;
     }
     let len = if is_kept(&copy) { 0 } else { copy.len() as u64 };
-    if KEPT.fetch_add(len, Relaxed).saturating_add(len) > MAX_KEPT {
-        KEPT.fetch_sub(len, Relaxed);
+    if KEPT.load(Relaxed).saturating_add(len) > MAX_KEPT {
         if p.action == LoadAction::Fix {
             p.action = LoadAction::Warn { dry_run: false };
         }
@@ -349,30 +350,97 @@ fn prepare(global: &Global, binding: &Binding, image: *const c_void) -> Prepared
     p
 }
 
+/// A fixed copy handed to the runtime: where it is.
+#[derive(Clone, Copy)]
+struct Handed {
+    at: *const u8,
+}
+
+/// A fixed copy kept: its bytes, and the loads that use it (a load in progress, then its
+/// module until it is unloaded).
+struct Kept {
+    bytes: Box<[u8]>,
+    users: usize,
+}
+
 /// The fixed copies kept, by content: one image loaded many times (an autotuner, a
-/// notebook cell run again) is kept once. Locked only by module loads, never waited for
-/// elsewhere.
-static COPIES: Mutex<Vec<&'static [u8]>> = Mutex::new(Vec::new());
+/// notebook cell run again) is kept once. Locked only by module loads and unloads, never
+/// waited for (a lock held across a fork by a thread the child does not have would never
+/// be released): where it cannot be had, a copy is kept for the process's life instead.
+static COPIES: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+/// The modules loaded from a kept copy: (module handle, the copy's address).
+static MODULES: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 /// Whether a copy with these bytes is kept already (it costs nothing more).
 fn is_kept(copy: &[u8]) -> bool {
-    COPIES.try_lock().is_ok_and(|kept| kept.contains(&copy))
+    COPIES
+        .try_lock()
+        .is_ok_and(|kept| kept.iter().any(|k| *k.bytes == *copy))
 }
 
-/// A fixed copy to hand the runtime, kept for the process's life (the runtime keeps the
-/// pointer: module header): the one already kept with the same bytes, else `copy`, kept.
-fn keep(copy: Vec<u8>) -> &'static [u8] {
-    // Never waited for: a lock held across a fork by a thread the child does not have
-    // would never be released.
+/// A fixed copy to hand the runtime, with one more user: the one already kept with the
+/// same bytes, else `copy`, kept (the runtime keeps the pointer for the module's life:
+/// module header).
+fn keep(copy: Vec<u8>) -> Handed {
+    let handed = |b: &[u8]| Handed { at: b.as_ptr() };
     let Ok(mut kept) = COPIES.try_lock() else {
-        return Box::leak(copy.into_boxed_slice());
+        KEPT.fetch_add(copy.len() as u64, Relaxed);
+        return handed(Box::leak(copy.into_boxed_slice()));
     };
-    if let Some(same) = kept.iter().find(|k| **k == copy.as_slice()) {
-        return same;
+    if let Some(same) = kept.iter_mut().find(|k| *k.bytes == *copy) {
+        same.users += 1;
+        return handed(&same.bytes);
     }
-    let copy: &'static [u8] = Box::leak(copy.into_boxed_slice());
-    kept.push(copy);
-    copy
+    KEPT.fetch_add(copy.len() as u64, Relaxed);
+    let bytes = copy.into_boxed_slice();
+    let h = handed(&bytes);
+    kept.push(Kept { bytes, users: 1 });
+    h
+}
+
+/// One user fewer for the copy at `at`; the last one frees it.
+fn release(at: usize) {
+    let Ok(mut kept) = COPIES.try_lock() else {
+        return;
+    };
+    let Some(i) = kept.iter().position(|k| k.bytes.as_ptr() as usize == at) else {
+        return;
+    };
+    kept[i].users = kept[i].users.saturating_sub(1);
+    if kept[i].users == 0 {
+        let gone = kept.swap_remove(i);
+        KEPT.fetch_sub(gone.bytes.len() as u64, Relaxed);
+    }
+}
+
+/// After a load that was handed `h`: the module that uses it, or (a failed load, a
+/// fallback to the caller's image) one user fewer.
+fn loaded_with(h: Handed, module: Option<usize>) {
+    match module {
+        Some(m) if m != 0 => {
+            if let Ok(mut modules) = MODULES.try_lock() {
+                modules.push((m, h.at as usize));
+            }
+        }
+        _ => release(h.at as usize),
+    }
+}
+
+/// After `hipModuleUnload(module)` succeeded: the copy the module was loaded from (if one
+/// was) has one user fewer, and is freed when it was the last: the runtime is done with
+/// it.
+pub(crate) fn unloaded(module: *mut c_void) {
+    let at = {
+        let Ok(mut modules) = MODULES.try_lock() else {
+            return;
+        };
+        let Some(i) = modules.iter().position(|(m, _)| *m == module as usize) else {
+            return;
+        };
+        modules.swap_remove(i).1
+    };
+    release(at);
 }
 
 /// The body of the hooks of the rows marked `loads image from IMAGE`. `asked` makes the
@@ -432,7 +500,7 @@ fn load_on(
     let mut fallback = false;
     let rc = match prepared.fixed {
         Some(copy) => {
-            let rc = make(copy.as_ptr().cast());
+            let rc = make(copy.at.cast());
             if policy::retry_as_asked(rc) && !lacks.get() {
                 fallback = true;
                 make(image)
@@ -443,6 +511,14 @@ fn load_on(
         None => make(image),
     };
     let _ = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(h) = prepared.fixed {
+            let module = (rc == error::SUCCESS && !fallback).then(|| {
+                // SAFETY: the call succeeded, so the runtime wrote the module through the
+                // caller's out-pointer (non-null: `prepared.fixed` is None otherwise).
+                unsafe { *call.out as usize }
+            });
+            loaded_with(h, module);
+        }
         let fixed = prepared.fixed.is_some() && !fallback;
         stats::record(
             stats::slot(t),
@@ -702,6 +778,40 @@ fn read_file(path: &std::path::Path) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_is_kept_once_per_content_and_freed_with_its_last_module() {
+        let image = || b"a fixed image for the keep test".to_vec();
+        let kept = |at: *const u8| {
+            COPIES
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|k| k.bytes.as_ptr() == at)
+                .map(|k| k.users)
+        };
+        let a = keep(image());
+        let b = keep(image());
+        assert_eq!(a.at, b.at, "one copy for one content");
+        assert_eq!(kept(a.at), Some(2));
+        // Two modules loaded from it; a third load failed (one user fewer).
+        loaded_with(a, Some(0x1000));
+        loaded_with(b, Some(0x2000));
+        let c = keep(image());
+        loaded_with(c, None);
+        assert_eq!(kept(a.at), Some(2));
+        // Unloading one module keeps the copy for the other; the last frees it.
+        unloaded(0x1000 as *mut c_void);
+        assert_eq!(kept(a.at), Some(1));
+        unloaded(0x9999 as *mut c_void);
+        assert_eq!(
+            kept(a.at),
+            Some(1),
+            "a module loaded without a copy changes nothing"
+        );
+        unloaded(0x2000 as *mut c_void);
+        assert_eq!(kept(a.at), None);
+    }
 
     #[test]
     fn the_counts_read_as_words() {

@@ -10,7 +10,9 @@
 /// `hipFunction_t` for a kernel name (kept for the fault report); `loads image from IMAGE` one
 /// that loads a code object from memory (the shim may hand the runtime a fixed copy of
 /// `IMAGE`: `rmcp-shim/src/module_load.rs`); `loads file FNAME` one that loads a code object
-/// from a file (named in the log, never changed). Everything that lists hooks is generated from this table: `HipApi` here,
+/// from a file (named in the log, never changed); `unloads module MODULE` one that unloads a
+/// module (the shim releases a fixed copy it handed the runtime for it, once no module uses
+/// it). Everything that lists hooks is generated from this table: `HipApi` here,
 /// `rmcp_core::registry::Hook`, the shim's exports and its linker version script.
 ///
 /// Invoke with the name of a local macro, which receives the rows.
@@ -92,6 +94,10 @@ macro_rules! hooked_functions {
             hipModuleLoad = HipModuleLoad
                 (module: *mut *mut ::core::ffi::c_void, fname: *const ::core::ffi::c_char)
                 => out: ::core::ptr::null_mut(), size: 0, flags: 0, loads file fname;
+            /// `hipModuleUnload(hipModule_t module)`: forwarded unchanged; afterwards a fixed
+            /// copy of the module's image that no other module uses is freed.
+            hipModuleUnload = HipModuleUnload (module: *mut ::core::ffi::c_void)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, unloads module module;
             /// Since hip_7.1: what hipGetDriverEntryPoint becomes in code built with
             /// per-thread default streams (`amd_hip_runtime_pt_api.h`).
             hipGetDriverEntryPoint_spt = HipGetDriverEntryPointSpt

@@ -173,7 +173,8 @@ macro_rules! hip_api_with_queries {
         $(, host location in $prop:ident)?
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
-        $(, loads file $fname:ident)? ;
+        $(, loads file $fname:ident)?
+        $(, unloads module $umodule:ident)? ;
     )*]
     $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
         hip_api! {

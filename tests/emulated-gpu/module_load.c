@@ -13,6 +13,9 @@
  *           hipModuleUnload, the buffer freed (an autotuner, a notebook cell run again);
  *           prints "reload loads=N failed=F hwm_kb=K" (K: the process's peak resident
  *           memory, VmHWM)
+ *   twice   FILE KERNEL: loads the image twice by name (hipModuleLoadData, two heap
+ *           buffers), unloads the first module, then hipModuleGetFunction(KERNEL) on the
+ *           second and unloads it; prints "twice load=N load=N unload=N function=N unload=N"
  *   proc    as Triton's HIP driver (third_party/amd/backend/driver.c): dlopen(LIB,
  *           RTLD_LAZY | RTLD_LOCAL) with LIB from RMCP_TEST_HIP_LIB (default
  *           "libamdhip64.so"), dlsym "hipDriverGetVersion" and "hipGetProcAddress" (with
@@ -86,6 +89,30 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	memcpy(copy, image, len);
+
+	if (!strcmp(mode, "twice")) {
+		hipError_t (*unload)(void *) = (hipError_t(*)(void *))dlsym(RTLD_DEFAULT, "hipModuleUnload");
+		get_function_fn get = (get_function_fn)dlsym(RTLD_DEFAULT, "hipModuleGetFunction");
+		unsigned char *b1 = malloc(len), *b2 = malloc(len);
+		void *m1 = NULL, *m2 = NULL, *f = NULL;
+		if (!hipModuleLoadData || !unload || !get || !b1 || !b2 || argc < 4) {
+			fprintf(stderr, "module_load: twice needs hipModuleLoadData, hipModuleUnload, "
+					"hipModuleGetFunction and KERNEL\n");
+			return 2;
+		}
+		memcpy(b1, image, len);
+		memcpy(b2, image, len);
+		hipError_t l1 = hipModuleLoadData(&m1, b1), l2 = hipModuleLoadData(&m2, b2);
+		hipError_t u1 = l1 ? -1 : unload(m1);
+		hipError_t g = l2 ? -1 : get(&f, m2, argv[3]);
+		void (*dump)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "emugpu_dump_code");
+		if (dump)
+			dump();
+		hipError_t u2 = l2 ? -1 : unload(m2);
+		printf("twice load=%d load=%d unload=%d function=%d unload=%d\n", l1, l2, u1, g, u2);
+		fflush(stdout);
+		return l1 || l2 || u1 || g || u2;
+	}
 
 	if (!strcmp(mode, "reload")) {
 		long n = argc > 3 ? atol(argv[3]) : 0, failed = 0;
