@@ -356,9 +356,7 @@ static COPIES: Mutex<Vec<&'static [u8]>> = Mutex::new(Vec::new());
 
 /// Whether a copy with these bytes is kept already (it costs nothing more).
 fn is_kept(copy: &[u8]) -> bool {
-    COPIES
-        .try_lock()
-        .is_ok_and(|kept| kept.contains(&copy))
+    COPIES.try_lock().is_ok_and(|kept| kept.contains(&copy))
 }
 
 /// A fixed copy to hand the runtime, kept for the process's life (the runtime keeps the
