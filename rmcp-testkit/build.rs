@@ -203,8 +203,8 @@ fn main() {
 /// as one preloadable object, and `RMCP_EMU_PROBE_5/6/7`, tests/emulated-gpu/emu_probe.c
 /// linked to the fake runtimes' sonames (the real runtime loads in its place). The
 /// emulator needs the kernel's uapi <linux/kfd_ioctl.h> and libdrm's <amdgpu_drm.h>
-/// (Debian: linux-libc-dev, libdrm-dev);
-/// without them `RMCP_EMUGPU_LIB` is empty and `RMCP_EMUGPU_LIB_WHY` says why.
+/// (Debian: linux-libc-dev, libdrm-dev); without them `RMCP_EMUGPU_LIB` is empty and
+/// `RMCP_EMUGPU_LIB_WHY` says why.
 fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
     const PROBE_SRC: &str = "tests/emulated-gpu/emu_probe.c";
     for path in EMUGPU_SRCS {

@@ -44,7 +44,9 @@
  *
  * Faults: EMUGPU_FAULT=KIND[@VA] or the exported emugpu_fault(kind, va) make the next
  * kernel dispatch fault instead of completing, reported as the driver and ROCr's trap
- * handler report it (the memory event, or the queue's inactive signal): see faults.c.
+ * handler report it (the memory event, or the queue's inactive signal), or hang (kind
+ * `hang`: the dispatch never completes; with EMUGPU_RESET_AFTER=SECONDS the driver's GPU
+ * reset follows, the hardware exception event): see faults.c.
  *
  * The emulator is split by concern, as Mesa's drm-shim is (emugpu.h lists the files). This
  * file is the core: the interposed libc entry points (open and its variants, stat, access,

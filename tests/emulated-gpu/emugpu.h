@@ -16,9 +16,10 @@
  *   log.c       the ioctl log (one JSON line per ioctl) and emugpu_mark
  *   kfd.c       the KFD ioctls (/dev/kfd): the table and the ones answered in place
  *   memory.c    buffers: allocation, mapping, SVM, mmap offsets, and the code read-back
- *   events.c    KFD events: creation, set / reset, WAIT_EVENTS
+ *   events.c    KFD events: creation, set / reset, WAIT_EVENTS, and the GPU reset's
+ *               hardware exception event
  *   queues.c    AQL queues and the packet processor that completes their packets
- *   faults.c    fault injection (EMUGPU_FAULT, emugpu_fault)
+ *   faults.c    fault injection (EMUGPU_FAULT, emugpu_fault): faults, hangs, resets
  *   drm.c       the render node's ioctls (DRM_IOCTL_VERSION, AMDGPU_INFO)
  */
 #ifndef EMUGPU_H
@@ -104,11 +105,12 @@ struct event {
 	int used, signaled, auto_reset;
 	unsigned type;
 	struct kfd_hsa_memory_exception_data mem; /* a memory event's fault */
+	struct kfd_hsa_hw_exception_data hw; /* a hardware exception event's reset */
 };
 
 struct queue {
 	int used;
-	int halted; /* an injected queue error halted it (faults.c) */
+	int halted; /* an injected queue error or hang halted it (faults.c) */
 	unsigned type, gpu_id;
 	uint64_t ring, ring_size, wptr, rptr;
 };
@@ -130,7 +132,7 @@ struct emu {
 	unsigned nbo;
 	struct event ev[MAXEV], oev[MAXOEV];
 	struct queue q[MAXQ];
-	int evicted; /* an injected VM fault evicted every queue (kfd_dqm_evict_pasid) */
+	int evicted; /* an injected VM fault or a GPU reset evicted every queue */
 	unsigned queue_next;
 	int processor_started;
 	int xnack;
@@ -184,6 +186,7 @@ struct event *event_of(unsigned id);
 int kfd_create_event(struct kfd_ioctl_create_event_args *a, struct out *o);
 int kfd_set_event(unsigned nr, unsigned id);
 int kfd_wait(struct kfd_ioctl_wait_events_args *a);
+unsigned signal_reset(unsigned gpu_id);
 
 /* queues.c (kfd_* with S.lock held) */
 int kfd_create_queue(struct kfd_ioctl_create_queue_args *a, struct out *o);
@@ -193,6 +196,7 @@ int kfd_update_queue(unsigned id);
 /* faults.c */
 void arm_from_env(void);
 int take_fault(unsigned q, const uint8_t *pkt);
+void reset_if_due(void);
 
 /* drm.c */
 int drm_ioctl(int fd, unsigned long req, void *arg);

@@ -5,7 +5,8 @@
  * maps from /dev/kfd (KFD_MMAP_TYPE_EVENTS); the packet processor (queues.c) raises one when
  * a completion signal's mailbox names it. The other types (memory, hardware exception) take
  * ids from NONSIGNAL_BASE and no page slot: faults.c raises the memory events at a VM
- * fault, with the fault's data. WAIT_EVENTS waits on S.ev_cond and copies a signaled memory
+ * fault, with the fault's data, and signal_reset the hardware exception events at a GPU
+ * reset. WAIT_EVENTS waits on S.ev_cond and copies a signaled memory or hardware exception
  * event's data out (copy_signaled_event_data). Everything here runs with S.lock held.
  */
 #include "emugpu.h"
@@ -78,9 +79,12 @@ int kfd_wait(struct kfd_ioctl_wait_events_args *a)
 		if (a->wait_for_all ? done == a->num_events : done > 0) {
 			for (uint32_t i = 0; i < a->num_events; i++) {
 				struct event *e = event_of(ev[i].event_id);
-				/* copy_signaled_event_data: a signaled memory event's fault */
+				/* copy_signaled_event_data: a signaled memory event's fault, a
+				 * hardware exception event's reset (the union's same bytes) */
 				if (e->signaled && e->type == KFD_IOC_EVENT_MEMORY)
 					ev[i].memory_exception_data = e->mem;
+				if (e->signaled && e->type == KFD_IOC_EVENT_HW_EXCEPTION)
+					ev[i].hw_exception_data = e->hw;
 				if (e->auto_reset)
 					e->signaled = 0;
 			}
@@ -94,3 +98,24 @@ int kfd_wait(struct kfd_ioctl_wait_events_args *a)
 	}
 }
 
+/* The GPU reset's notice (kfd_signal_reset_event, from kgd2kfd_pre_reset): every hardware
+ * exception event of the process is set with its data, a whole-GPU reset caused by a hang
+ * (reset_cause GPU_HANG: no RAS poison), memory lost, the reset GPU's gpu_id. Memory events
+ * are set only for an ECC cause, so not here. Returns how many events were set. */
+unsigned signal_reset(unsigned gpu_id)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < MAXOEV; i++)
+		if (S.oev[i].used && S.oev[i].type == KFD_IOC_EVENT_HW_EXCEPTION) {
+			S.oev[i].hw = (struct kfd_hsa_hw_exception_data){
+				.reset_type = KFD_HW_EXCEPTION_WHOLE_GPU_RESET,
+				.reset_cause = KFD_HW_EXCEPTION_GPU_HANG,
+				.memory_lost = 1,
+				.gpu_id = gpu_id,
+			};
+			S.oev[i].signaled = 1;
+			n++;
+		}
+	pthread_cond_broadcast(&S.ev_cond);
+	return n;
+}

@@ -10,7 +10,8 @@
  * hardware's end-of-packet does, and the read index moves on. Data a kernel would have
  * written is not written. Before each kernel dispatch it appends the code read-back
  * (memory.c) and asks faults.c whether the dispatch faults or hangs instead: a faulted
- * queue (halted) or an evicted process (S.evicted) consumes nothing more.
+ * queue (halted) or an evicted process (S.evicted) consumes nothing more. faults.c's GPU
+ * reset, when one is due, runs on this thread too.
  */
 #include "emugpu.h"
 
@@ -83,6 +84,7 @@ static void *processor(void *unused)
 				busy = 1;
 			}
 		}
+		reset_if_due();
 		if (!busy)
 			usleep(50);
 	}
