@@ -20,8 +20,8 @@
 //!   functions that build them below.
 //! * `RMCP_ASAN_APP`: tests/c/asan_app.c built with `-fsanitize=address`, or empty when
 //!   the compiler cannot build it; `RMCP_ASAN_APP_WHY` then says why (see `asan_app`).
-//! * `RMCP_EMUGPU_LIB` (tests/emulated-gpu/emugpu.c, the emulated GPU; empty when the
-//!   headers it needs are missing, `RMCP_EMUGPU_LIB_WHY` then says why) and
+//! * `RMCP_EMUGPU_LIB` (tests/emulated-gpu/emugpu.c and the files beside it, the emulated
+//!   GPU; empty when the headers it needs are missing, `RMCP_EMUGPU_LIB_WHY` then says why) and
 //!   `RMCP_EMU_PROBE_5/6/7` (tests/emulated-gpu/emu_probe.c), `RMCP_MODULE_LOAD_5/7/DL`
 //!   (tests/emulated-gpu/module_load.c): see `emulated_gpu`.
 //!
@@ -39,6 +39,20 @@ const FAKE_HIP_MAP_7: &str = "tests/fake-hip/hip.map.7";
 const PROBE_SRC: &str = "examples/hip_probe.c";
 const DLOPEN_CLIENT_SRC: &str = "tests/c/dlopen_client.c";
 const HOTPATH_SRC: &str = "tests/c/hotpath.c";
+
+/// The emulated GPU's sources, one object (tests/emulated-gpu/emugpu.h lists what each
+/// holds); scripts/emulated-gpu compiles the same files.
+const EMUGPU_SRCS: &[&str] = &[
+    "tests/emulated-gpu/emugpu.c",
+    "tests/emulated-gpu/topology.c",
+    "tests/emulated-gpu/log.c",
+    "tests/emulated-gpu/kfd.c",
+    "tests/emulated-gpu/memory.c",
+    "tests/emulated-gpu/events.c",
+    "tests/emulated-gpu/queues.c",
+    "tests/emulated-gpu/faults.c",
+    "tests/emulated-gpu/drm.c",
+];
 
 const CFLAGS: &[&str] = &["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"];
 
@@ -185,22 +199,25 @@ fn main() {
 }
 
 /// The emulated GPU (scripts/emulated-gpu builds the same object on its own):
-/// `RMCP_EMUGPU_LIB`, tests/emulated-gpu/emugpu.c as a preloadable object, and
-/// `RMCP_EMU_PROBE_5/6/7`, tests/emulated-gpu/emu_probe.c linked to the fake runtimes'
-/// sonames (the real runtime loads in its place). emugpu.c needs the kernel's uapi
-/// <linux/kfd_ioctl.h> and libdrm's <amdgpu_drm.h> (Debian: linux-libc-dev, libdrm-dev);
-/// without them `RMCP_EMUGPU_LIB` is empty and `RMCP_EMUGPU_LIB_WHY` says why.
+/// `RMCP_EMUGPU_LIB`, tests/emulated-gpu/emugpu.c and the files beside it (`EMUGPU_SRCS`)
+/// as one preloadable object, and `RMCP_EMU_PROBE_5/6/7`, tests/emulated-gpu/emu_probe.c
+/// linked to the fake runtimes' sonames (the real runtime loads in its place). The
+/// emulator needs the kernel's uapi <linux/kfd_ioctl.h> and libdrm's <amdgpu_drm.h>
+/// (Debian: linux-libc-dev, libdrm-dev); without them `RMCP_EMUGPU_LIB` is empty and
+/// `RMCP_EMUGPU_LIB_WHY` says why.
 fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
-    const LIB_SRC: &str = "tests/emulated-gpu/emugpu.c";
     const PROBE_SRC: &str = "tests/emulated-gpu/emu_probe.c";
-    rerun_if_changed(LIB_SRC);
+    for path in EMUGPU_SRCS {
+        rerun_if_changed(path);
+    }
+    rerun_if_changed("tests/emulated-gpu/emugpu.h");
     rerun_if_changed(PROBE_SRC);
     // <linux/kfd_ioctl.h> includes <drm/drm.h>; Debian ships it as /usr/include/libdrm/drm.h.
     let include = out.join("emugpu-include");
     fs::create_dir_all(&include).unwrap_or_else(|e| panic!("creating {}: {e}", include.display()));
     symlink_force(Path::new("/usr/include/libdrm"), &include.join("drm"));
     let lib = out.join("libemugpu.so");
-    let built = cc.try_run(&[
+    let mut args: Vec<String> = vec![
         "-shared".into(),
         "-fPIC".into(),
         "-fvisibility=hidden".into(),
@@ -209,9 +226,14 @@ fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
         format!("-I{}", include.display()),
         "-o".into(),
         lib.display().to_string(),
-        root_dir.join(LIB_SRC).display().to_string(),
-        "-ldl".into(),
-    ]);
+    ];
+    args.extend(
+        EMUGPU_SRCS
+            .iter()
+            .map(|p| root_dir.join(p).display().to_string()),
+    );
+    args.push("-ldl".into());
+    let built = cc.try_run(&args);
     match built {
         Ok(()) => {
             println!("cargo:rustc-env=RMCP_EMUGPU_LIB={}", lib.display());

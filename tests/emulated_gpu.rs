@@ -500,7 +500,7 @@ fn the_script_arms_a_fault_at_an_address_from_the_start() {
     );
     // A kind the emulator does not inject, or an address on a kind that carries none: the
     // script refuses before running anything.
-    for bad in ["segv", "aperture@0x1000", "vm@zero"] {
+    for bad in ["segv", "aperture@0x1000", "hang@0x1000", "vm@zero"] {
         let out = fault_run(&lib, dir.path(), "bad", Some(bad), &["init"]);
         assert_eq!(out.status.code(), Some(2), "{bad}");
         assert!(text(&out.stderr).contains("--fault"), "{bad}");
@@ -560,4 +560,184 @@ fn the_script_says_when_the_command_never_used_the_emulator() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// The steps of the hang tests: a clean launch, then `fault:hang` (emugpu_fault("hang", 0))
+/// and a second launch whose dispatch never completes, waited for by hipDeviceSynchronize.
+fn hang_steps(co: &str) -> Vec<String> {
+    let load = format!("load:{co}");
+    [
+        "init",
+        &load,
+        "launch",
+        "sync",
+        "fault:hang",
+        "launch",
+        "sync",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The emulator's log from the hang on, checked: the second launch returned, its sync
+/// began before the dispatch was taken, and it never returned success.
+fn after_the_hang(log: &str) -> &str {
+    let at = log
+        .find("\"fault\":\"hang\",\"queue_id\"")
+        .unwrap_or_else(|| panic!("no hang injected\n{log}"));
+    let marks: Vec<&str> = log[..at]
+        .lines()
+        .filter_map(|l| l.split("\"mark\":\"").nth(1))
+        .collect();
+    assert!(
+        marks.ends_with(&[
+            "begin fault:hang\"}",
+            "end fault:hang rc=0\"}",
+            "begin launch\"}",
+            "end launch rc=0\"}",
+            "begin sync\"}"
+        ]),
+        "{marks:?}\n{log}"
+    );
+    let after = &log[at..];
+    assert!(
+        !after.contains("\"mark\":\"end sync rc=0"),
+        "the sync succeeded\n{log}"
+    );
+    after
+}
+
+/// Issue 41: a dispatch that hangs (`fault:hang`) on the real 5.2.3 runtime. Without
+/// EMUGPU_RESET_AFTER nothing ends it: the process waits in hipDeviceSynchronize and is
+/// killed here after 10 s, the dispatch never completed and no reset came. With
+/// EMUGPU_RESET_AFTER=2 the driver's reset comes 2 s later (the queues evicted, the
+/// hardware exception events set), but 5.2.3 created no hardware exception event (ROCr
+/// watches one from 6.0; Debian's 5.7.1 has it too): it hears nothing and still waits, the
+/// same hang. The newer runtimes' answer: `a_gpu_reset_after_a_hang_ends_the_process_as_rocr_does`.
+#[test]
+fn a_hang_never_completes_and_5_2_3_hears_nothing_of_the_reset() {
+    let Some((lib, _)) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
+        return;
+    };
+    let steps = hang_steps(co.to_str().unwrap());
+    for (name, reset) in [("hang", None), ("hang-reset", Some("2"))] {
+        let log = dir.path().join(format!("{name}.jsonl"));
+        let mut cmd = emugpu_probe_command(&lib, dir.path(), &log, None, &[]);
+        cmd.args(&steps).env_remove("EMUGPU_RESET_AFTER");
+        if let Some(r) = reset {
+            cmd.env("EMUGPU_RESET_AFTER", r);
+        }
+        let hung = output_within(&mut cmd, Duration::from_secs(10));
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert!(hung.is_err(), "{name}: {hung:?}\n{log}");
+        let after = after_the_hang(&log);
+        assert!(
+            !after.contains("\"mark\":\"end sync"),
+            "the sync returned\n{log}"
+        );
+        let injected = after.lines().next().unwrap();
+        if reset.is_none() {
+            assert!(!injected.contains("reset_after"), "{injected}");
+            assert!(!after.contains("\"reset\""), "{after}");
+        } else {
+            assert!(injected.contains("\"reset_after\":\"2\""), "{injected}");
+            let reset = after
+                .lines()
+                .find(|l| l.contains("\"reset\":\"gpu\""))
+                .unwrap_or_else(|| panic!("no reset\n{after}"));
+            assert!(
+                reset.contains(
+                    "\"reset_cause\":\"GPU_HANG\",\"memory_lost\":1,\"hw_exception_events\":0"
+                ),
+                "{reset}"
+            );
+        }
+    }
+}
+
+/// Issue 41: the GPU reset after a hang on the newer runtimes (the compat roots: Debian's
+/// 5.7.1, 6.4.3 and 7.2.4, under `ulimit -c 0`), EMUGPU_RESET_AFTER=2: KFD sets the hardware
+/// exception event ROCr watches, and ROCr prints `HW Exception by GPU node-1 (Agent handle:
+/// 0x...) reason :GPU Hang` and dies in its assert (`Assertion `false && "GPU HW
+/// Exception"' failed.`): SIGABRT, 2 to 60 s after the launch. 7.2.4 under `ulimit -c 0`
+/// is the exception: HIP's own system event handler takes the event (as it takes a VM
+/// fault there), ROCr prints nothing, hipDeviceSynchronize answers hipErrorLaunchFailure
+/// (719) and the process goes on to exit 1.
+#[test]
+fn a_gpu_reset_after_a_hang_ends_the_process_as_rocr_does() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(lib) = emugpu_lib() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = kernel_object(dir.path(), "gfx1010") else {
+        return;
+    };
+    for (root, major) in [("trixie", 5u8), ("sid", 6), ("exp", 7)] {
+        let Some(root_path) = compat_root(root) else {
+            continue;
+        };
+        let stage = RootDir::new(&root_path, "hang");
+        let lib_in = stage.copy(&lib, "libemugpu.so");
+        let fixture_in = stage.copy(&fixture("rdna1"), "fixture");
+        let co_in = stage.copy(&co, "k.co");
+        let probe = stage.copy(&emu_probe(major), "emu_probe");
+        let log_in = stage.inside.join("hang.jsonl");
+        let env = [
+            ("LD_PRELOAD", lib_in.display().to_string()),
+            ("EMUGPU_FIXTURE", fixture_in.display().to_string()),
+            ("EMUGPU_LOG", log_in.display().to_string()),
+            ("EMUGPU_RESET_AFTER", "2".to_string()),
+        ];
+        let mut args = vec![
+            "-c".to_string(),
+            "ulimit -c 0; exec \"$@\"".to_string(),
+            "sh".to_string(),
+            probe.display().to_string(),
+        ];
+        args.extend(hang_steps(co_in.to_str().unwrap()));
+        let mut cmd = stage.command(&env, "/bin/sh", &args);
+        let start = std::time::Instant::now();
+        let out = output_within(&mut cmd, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{root}: {e}"));
+        let took = start.elapsed();
+        let log = std::fs::read_to_string(stage.host().join("hang.jsonl")).unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        let ctx = format!(
+            "{root}: {:?} after {took:?}\n{stdout}\n{stderr}",
+            out.status
+        );
+        let after = after_the_hang(&log);
+        let reset = after
+            .lines()
+            .find(|l| l.contains("\"reset\":\"gpu\""))
+            .unwrap_or_else(|| panic!("no reset\n{ctx}\n{after}"));
+        assert!(
+            reset.contains("\"hw_exception_events\":1"),
+            "{reset}\n{ctx}"
+        );
+        assert!(took >= Duration::from_secs(2), "{ctx}");
+        assert!(
+            stdout.ends_with("fault:hang rc=0\nlaunch rc=0\n")
+                || (major == 7 && stdout.ends_with("launch rc=0\nsync rc=719\n")),
+            "{ctx}"
+        );
+        if major == 7 {
+            assert!(after.contains("\"mark\":\"end sync rc=719\""), "{after}");
+            assert_eq!(out.status.code(), Some(1), "{ctx}");
+            assert!(!stderr.contains("HW Exception"), "{ctx}");
+            continue;
+        }
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("HW Exception by GPU node-1 (Agent handle: 0x"))
+            .unwrap_or_else(|| panic!("no HW exception message\n{ctx}"));
+        assert!(line.ends_with(") reason :GPU Hang"), "{line}\n{ctx}");
+        assert!(
+            stderr.contains("HwExceptionHandler(hsa_signal_value_t, void*): Assertion `false && \"GPU HW Exception\"' failed."),
+            "{ctx}"
+        );
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{ctx}");
+    }
 }

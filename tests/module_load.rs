@@ -1,6 +1,6 @@
 //! The load-time fix of broken buffer descriptors (issue 34, item 2) on the emulated GPU
 //! (scripts/emulated-gpu), read back from below the runtime: the emulator appends every
-//! buffer the GPU can see to EMUGPU_CODE_DUMP (tests/emulated-gpu/emugpu.c, "Code
+//! buffer the GPU can see to EMUGPU_CODE_DUMP (tests/emulated-gpu/memory.c, "Code
 //! read-back"), and the test looks there for the kernel's machine code (its `.text`) as the
 //! caller's image has it and as the fix makes it. The program is
 //! tests/emulated-gpu/module_load.c.

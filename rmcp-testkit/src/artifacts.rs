@@ -165,7 +165,8 @@ pub fn asan_app() -> Option<PathBuf> {
     None
 }
 
-/// tests/emulated-gpu/emugpu.c, the emulated GPU, as rmcp-testkit's build script built it.
+/// tests/emulated-gpu/emugpu.c and the files beside it, the emulated GPU, as rmcp-testkit's
+/// build script built it.
 /// None (a skip) when it could not be built; with RMCP_REQUIRE_REAL_HIP=1 or in CI that is
 /// a failure, saying why.
 pub fn emugpu_lib() -> Option<PathBuf> {
