@@ -737,7 +737,8 @@ fn prefetch_fixed(text: &[u8]) -> Vec<u8> {
 /// (gfx1010), a gfx1030 module holding `s_inst_prefetch` loaded from memory reaches the GPU
 /// with `s_nop 0` in that word and every other byte as it was; `warn` and `off` load it as
 /// it is; an RDNA2 card (the gfx1031 fixture) under the same override, and hipModuleLoad,
-/// get it unchanged. Each said once, counted in the report's `override_fixes`.
+/// get it unchanged (hipModuleLoad's file named). Each said once, counted in the report's
+/// `override_fixes`.
 #[test]
 fn on_5_2_3_under_the_override_the_prefetch_becomes_s_nop_only_on_rdna1() {
     let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
@@ -816,10 +817,19 @@ fn on_5_2_3_under_the_override_the_prefetch_becomes_s_nop_only_on_rdna1() {
         assert_eq!(count(&r, "fixed"), 0);
         assert!(said(&r).is_empty(), "{}", r.stderr);
     }
-    // hipModuleLoad: never changed.
+    // hipModuleLoad: never changed; the file is named, once.
     let f = run5(&lib, d, "rdna1", true, &[over], &["file", file, "copy"]);
     assert_eq!(f.stdout, LOADED, "{}", f.stderr);
     assert_eq!(seen(&f.dump, &code), Seen::Original);
+    assert_eq!((count(&f, "fixed"), count(&f, "warned")), (0, 1));
+    let s = said(&f);
+    assert!(
+        s.len() == 1
+            && s[0].contains("hipModuleLoad")
+            && s[0].contains(file)
+            && s[0].contains("1 s_inst_prefetch"),
+        "{s:?}"
+    );
 }
 
 /// Issue 40 item 1 on ROCm 6.4.3 (sid) and 7.2.4 (exp): the same gfx1030 module with

@@ -57,6 +57,7 @@ static SAID: AtomicBool = AtomicBool::new(false);
 static SAID_FULL: AtomicBool = AtomicBool::new(false);
 static SAID_FALLBACK: AtomicBool = AtomicBool::new(false);
 static SAID_OVERRIDE: AtomicBool = AtomicBool::new(false);
+static SAID_OVERRIDE_FILE: AtomicBool = AtomicBool::new(false);
 
 /// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
 /// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
@@ -712,7 +713,16 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             return;
         };
         let cfg = global.config;
-        if !decision::scans(cfg.buffer_descriptors, OverrideFixes::Off, false, cfg.mode) {
+        let card = crate::gfx101x::card(global.topology.as_ref());
+        let descriptors_on =
+            decision::scans(cfg.buffer_descriptors, OverrideFixes::Off, false, cfg.mode);
+        let overrides_on = decision::scans(
+            rmcp_core::config::BufferDescriptors::Off,
+            cfg.override_fixes,
+            card.is_some(),
+            cfg.mode,
+        );
+        if !descriptors_on && !overrides_on {
             return;
         }
         let caller = Caller::of::<COPY>(ret);
@@ -725,7 +735,17 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()),
         );
         stats::record_image(Image::Scanned, 1);
-        let Some(scan) = read_file(path).and_then(|b| descriptors::scan_image(&b).ok()) else {
+        let Some(bytes) = read_file(path) else {
+            stats::record_image(Image::Unreadable, 1);
+            return;
+        };
+        if let (Some(card), true) = (card, overrides_on) {
+            file_under_override(caller, path, card, &bytes);
+        }
+        if !descriptors_on {
+            return;
+        }
+        let Ok(scan) = descriptors::scan_image(&bytes) else {
             stats::record_image(Image::Unreadable, 1);
             return;
         };
@@ -751,6 +771,36 @@ pub(crate) unsafe fn loaded_file<const COPY: bool>(rc: HipError, fname: *const c
             );
         }
     });
+}
+
+/// A code object file `hipModuleLoad` loaded on a gfx1010-gfx1013 card that an override
+/// makes run gfx103x code: its kernels' sites kept for the fault block, and, when its code
+/// holds what could be fixed in place, the file named once (it is not fixed: the runtime
+/// maps the file itself).
+fn file_under_override(caller: Caller, path: &std::path::Path, card: Gfx, bytes: &[u8]) {
+    crate::gfx101x::scan_loaded(card, bytes);
+    let Ok(found) = gfx101x::in_place_fixes(bytes, card) else {
+        return;
+    };
+    if found.fixes.is_empty() {
+        return;
+    }
+    stats::record_override(stats::OverrideEvent::Warned, 1);
+    if SAID_OVERRIDE_FILE.swap(true, Relaxed) {
+        return;
+    }
+    let n = |bug: gfx101x::Bug| found.fixes.iter().filter(|f| f.bug == bug).count();
+    tracing::warn!(
+        "hipModuleLoad (from {}) loaded {}, gfx103x code that this {card} runs under \
+         HSA_OVERRIDE_GFX_VERSION, with {} s_inst_prefetch (gfx101x hangs on it) and {} \
+         s_clause around an NSA image instruction: rmcp fixes only code objects loaded from \
+         memory (hipModuleLoadData/Ex); unset the override to run this card's own code \
+         (further files are counted, not logged)",
+        describe_caller(caller),
+        path.display(),
+        n(gfx101x::Bug::InstFwdPrefetch),
+        n(gfx101x::Bug::NsaClause),
+    );
 }
 
 /// A regular file's bytes, at most [`MAX_IMAGE`] of them; None for anything else (a FIFO is
