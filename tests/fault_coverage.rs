@@ -70,7 +70,7 @@ fn explained_as(
             "the fault did not happen\n{ctx}"
         );
     }
-    assert_same_ending(&without, &with, &ctx);
+    assert_same_ending_seen(&without, &with, &ctx, without_memory_map);
     let lines: Vec<&str> = e1.lines().collect();
     let (start, runtime_first) =
         fault_block_span(&lines, first).unwrap_or_else(|| panic!("no block\n{ctx}"));

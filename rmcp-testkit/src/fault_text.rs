@@ -43,6 +43,30 @@ pub fn runtime_part(stderr: &str) -> String {
         .join("\n")
 }
 
+/// ROCr's VM fault report without the listing of its "Nearby memory map" and "PtrInfo"
+/// (which blocks lie nearest the address, and whether they are VRAM or System, moves with
+/// the address-space layout from run to run, with or without rmcp): the lines from "Nearby
+/// memory map:" to the first that is none of the listing's (an address range, a blank, a
+/// "PtrInfo:" or an indented field), which is kept.
+pub fn without_memory_map(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut listing = false;
+    for l in s.lines() {
+        if l == "Nearby memory map:" {
+            listing = true;
+            continue;
+        }
+        if listing
+            && (l.is_empty() || l.starts_with("0x") || l.starts_with('\t') || l == "PtrInfo:")
+        {
+            continue;
+        }
+        listing = false;
+        out.push(l);
+    }
+    out.join("\n")
+}
+
 /// The same run `with` rmcp as `without`: the same signal and exit code, the same stdout and
 /// the same runtime part of stderr, after masking (`ctx` in each message).
 #[track_caller]
@@ -133,5 +157,25 @@ mod tests {
         let lines: Vec<&str> = e.lines().collect();
         assert_eq!(fault_block_span(&lines, "GPU memory fault"), Some((1, 3)));
         assert_eq!(fault_block_span(&lines, "absent"), None);
+    }
+
+    #[test]
+    fn the_memory_map_listing_is_left_out_and_the_rest_kept() {
+        let report = |kind: &str| {
+            format!(
+                "Memory access fault by GPU node-1 (Agent handle: 0x1) on address 0x7f00. Reason: x.\n\
+             Nearby memory map:\n0x7f00, 0x1000, System\n0x7f80, 0x3000, {kind}\n\nPtrInfo:\n\
+             \tAddress: 0x7f00\n\tSize: 0x1000\n\t\t0x55\n\tIn block: 0x7f00, 0x1000\n\
+             app: runtime.cpp:1276: Assertion `false && \"GPU memory access fault.\"' failed."
+            )
+        };
+        let (a, b) = (
+            without_memory_map(&report("System")),
+            without_memory_map(&report("VRAM")),
+        );
+        assert_eq!(a, b);
+        assert!(a.starts_with("Memory access fault by GPU node-1"), "{a}");
+        assert!(a.ends_with("failed."), "{a}");
+        assert_eq!(a.lines().count(), 2, "{a}");
     }
 }
