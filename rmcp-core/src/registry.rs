@@ -143,7 +143,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Hook::COUNT);
-        assert_eq!(Hook::COUNT, 18);
+        assert_eq!(Hook::COUNT, 19);
     }
 
     #[test]
