@@ -6,7 +6,7 @@
 //! the shim's scan of a faulting kernel's library. Pure over a [`ReadAt`]; every size
 //! bounded by the caller's `max_object`.
 
-use super::{self as co, Device, EntryKind, Inflated, Partial, ReadAt, TargetId};
+use crate::code_objects::{self as co, Device, EntryKind, Inflated, Partial, ReadAt, TargetId};
 use crate::gfx::Gfx;
 
 /// What reading one bundle (or Tensile file) gave.
