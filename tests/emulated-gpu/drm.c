@@ -160,11 +160,5 @@ int drm_ioctl(int fd, unsigned long req, void *arg)
 			req, nr);
 		ret = -EINVAL;
 	}
-	put_ret(&o, ret);
-	emit(&o);
-	if (ret) {
-		errno = -ret;
-		return -1;
-	}
-	return 0;
+	return answer(&o, ret);
 }

@@ -170,6 +170,7 @@ void begin(struct out *o, const char *ioctl, const char *fdname);
 void put_frames(struct out *o);
 void put_flags(struct out *o, uint32_t flags);
 void put_ret(struct out *o, int ret);
+int answer(struct out *o, int ret);
 
 /* kfd.c */
 int kfd_ioctl(int fd, unsigned long req, void *arg);

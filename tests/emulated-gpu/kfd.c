@@ -221,11 +221,5 @@ int kfd_ioctl(int fd, unsigned long req, void *arg)
 	pthread_mutex_unlock(&S.lock);
 	if (memory)
 		put_frames(&o);
-	put_ret(&o, ret);
-	emit(&o);
-	if (ret) {
-		errno = -ret;
-		return -1;
-	}
-	return 0;
+	return answer(&o, ret);
 }

@@ -180,3 +180,16 @@ void put_ret(struct out *o, int ret)
 	if (ret)
 		put(o, ",\"errno\":\"%s\"", strerrorname_np(-ret) ? strerrorname_np(-ret) : "?");
 }
+
+/* An ioctl's end: its answer (0 or -errno) logged and the line written, then returned as
+ * ioctl(2) returns it (-1 with errno set). */
+int answer(struct out *o, int ret)
+{
+	put_ret(o, ret);
+	emit(o);
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
