@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 
 use rmcp_core::code_objects::{FATBIN_SECTION, write};
 use rmcp_core::remedy::PYTORCH_ORG_TARGETS;
-use rmcp_testkit::{fixture, hip_fat_libraries, missing, which};
+use rmcp_testkit::{fixture, hip_fat_libraries, missing, remedy_commands, which};
 use serde_json::Value;
 
 const RMCP: &str = env!("CARGO_BIN_EXE_rmcp");
@@ -264,15 +264,6 @@ fn verdict(found: &[Value]) -> &Value {
     v[0]
 }
 
-fn commands(f: &Value) -> Vec<String> {
-    f["remedy"]["commands"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap().to_string())
-        .collect()
-}
-
 fn sources(f: &Value) -> Vec<String> {
     f["remedy"]["sources"]
         .as_array()
@@ -300,7 +291,7 @@ fn gfx1010_with_a_pytorch_org_wheel() {
         serde_json::json!(["gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030"])
     );
     assert_eq!(code, Some(1));
-    let c = commands(f);
+    let c = remedy_commands(f);
     assert_eq!(c, therock_commands("gfx1010"));
     let r = &f["remedy"];
     assert!(
@@ -344,7 +335,7 @@ fn gfx1010_with_a_pytorch_org_wheel_and_the_10_3_0_override() {
     );
     assert_eq!(code, Some(1));
     assert_eq!(
-        commands(f),
+        remedy_commands(f),
         [
             vec!["unset HSA_OVERRIDE_GFX_VERSION".to_string()],
             therock_commands("gfx1010").to_vec()
@@ -376,7 +367,7 @@ fn gfx1010_with_a_therock_gfx1010_build() {
     let f = verdict(&found);
     assert_eq!(f["status"], "error");
     assert_eq!(f["verdict"], "override-harms");
-    assert_eq!(commands(f), ["unset HSA_OVERRIDE_GFX_VERSION"]);
+    assert_eq!(remedy_commands(f), ["unset HSA_OVERRIDE_GFX_VERSION"]);
     assert_eq!(code, Some(1));
 }
 
@@ -390,7 +381,7 @@ fn gfx1012_with_a_pytorch_org_wheel_and_with_debians_build() {
     let (_, found, _) = pytorch("rdna1-gfx1012", &sp, &[]);
     let f = verdict(&found);
     assert_eq!(f["status"], "error");
-    assert_eq!(commands(f), therock_commands("gfx1012"));
+    assert_eq!(remedy_commands(f), therock_commands("gfx1012"));
     // Debian's package: found by its place and dpkg's status under the same root.
     let root = debian(tmp.path());
     let (_, found, _) = pytorch("rdna1-gfx1012", &root, &[]);
@@ -423,7 +414,7 @@ fn gfx1013_with_the_10_3_0_override() {
     let f = verdict(&found);
     assert_eq!(f["status"], "error");
     assert_eq!(
-        commands(f),
+        remedy_commands(f),
         [
             vec!["unset HSA_OVERRIDE_GFX_VERSION".to_string()],
             therock_commands("gfx1010").to_vec(),
@@ -457,7 +448,10 @@ fn gfx1031_with_a_pytorch_org_wheel_with_and_without_10_3_0() {
     assert_eq!(code, Some(1));
     // Only the override: TheRock's build is the alternative, named in the text; run one
     // after the other, the two would not work.
-    assert_eq!(commands(f), ["export HSA_OVERRIDE_GFX_VERSION=10.3.0"]);
+    assert_eq!(
+        remedy_commands(f),
+        ["export HSA_OVERRIDE_GFX_VERSION=10.3.0"]
+    );
     let text = f["remedy"]["text"].as_str().unwrap();
     assert!(text.contains("device-gfx1031"), "{text}");
     assert!(!text.contains("RDNA1"));

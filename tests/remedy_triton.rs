@@ -224,14 +224,7 @@ fn the_doctor_names_a_poisoned_cache_and_its_remedy_cleans_it() {
         i["broken"],
         serde_json::json!([in_inductor.display().to_string()])
     );
-    let commands = |f: &serde_json::Value| -> Vec<String> {
-        f["remedy"]["commands"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c.as_str().unwrap().to_string())
-            .collect()
-    };
+    let commands = rmcp_testkit::remedy_commands;
     // Triton's: the poisoned entry only. Inductor's: the whole directory.
     assert_eq!(
         commands(&t),

@@ -109,3 +109,13 @@ pub fn code_objects_row<'a>(
         .find(|r| r["path"] == want.as_str())
         .unwrap_or_else(|| panic!("{want} not in {:#}", j["code_objects"]))
 }
+
+/// The commands of a finding's remedy in `rmcp doctor --json` output (`remedy.commands`).
+pub fn remedy_commands(finding: &serde_json::Value) -> Vec<String> {
+    finding["remedy"]["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
+}

@@ -23,7 +23,9 @@ pub mod stress_model;
 pub use artifacts::*;
 pub use bounded::{Measured, measured_within, output_within};
 pub use compat_root::{RootDir, compat_cache, compat_root, triton_root};
-pub use doctor_text::{check_doctor_layout, code_objects_row, printed_commands_in};
+pub use doctor_text::{
+    check_doctor_layout, code_objects_row, printed_commands_in, remedy_commands,
+};
 pub use fault_text::{
     assert_same_ending, assert_same_ending_seen, fault_block_span, masked, runtime_part,
     without_memory_map,
