@@ -13,6 +13,8 @@
 //! - [`quirks`]: the variables rmcp sets for the programs it starts to keep other
 //!   software's known-wrong GPU code away (Triton's buffer ops on RDNA1);
 //! - [`fault`]: what the shim says when the GPU faults (the facts and the words);
+//! - [`dispatch`]: the dispatch each queue is running (an AQL packet, a queue's indices) and
+//!   the stall block, in words;
 //! - [`code_objects`]: which GPU targets a HIP library carries code for (ELF sections,
 //!   offload bundles, target IDs), read from bytes a caller supplies;
 //! - [`buffer_descriptors`]: buffer resource descriptors RDNA1 misreads (Triton's), found in
@@ -24,6 +26,7 @@ pub mod buffer_descriptors;
 pub mod classify;
 pub mod code_objects;
 pub mod config;
+pub mod dispatch;
 pub mod fault;
 pub mod gfx;
 pub mod gfx10;

@@ -107,7 +107,8 @@ macro_rules! exports {
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
         $(, loads file $fname:ident)?
-        $(, unloads module $umodule:ident)? ;
+        $(, unloads module $umodule:ident)?
+        $(, waits $wait:ident)? ;
     )*) => {
         // Every argument of every hook travels in an integer register.
         const _: () = { $( $( integer_register::<$ty>(); )* )* };
@@ -164,7 +165,11 @@ macro_rules! exports {
                 #[inline(always)]
                 pub(super) unsafe fn $name<const COPY: bool>($($arg: $ty,)* ret: usize) -> HipError {
                     let call = Call { hook: Hook::$variant, out: $out, size: $size, flags: $flags, ret };
+                    // A call that waits for the GPU is marked as waiting while it is forwarded
+                    // (two plain stores; `watchdog`).
+                    $( let _ = stringify!($wait); let waiting = crate::watchdog::begin(Hook::$variant); )?
                     let rc = forward!(COPY, call, $name, [$($arg),*] $(, image $image)?);
+                    $( let _ = stringify!($wait); crate::watchdog::end(waiting); )?
                     // Bookkeeping after the call: a panic there (a log line that cannot be
                     // written) must not cross into the caller.
                     $( if rc == error::SUCCESS {

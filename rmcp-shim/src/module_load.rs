@@ -59,86 +59,6 @@ static SAID_FALLBACK: AtomicBool = AtomicBool::new(false);
 static SAID_OVERRIDE: AtomicBool = AtomicBool::new(false);
 static SAID_OVERRIDE_FILE: AtomicBool = AtomicBool::new(false);
 
-/// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
-/// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
-/// refuses it (Docker's default profile allows it only with CAP_SYS_PTRACE), through a pipe
-/// of the shim's own (`read_through_pipe`).
-fn read_own(addr: usize, buf: &mut [u8]) -> bool {
-    if buf.is_empty() {
-        return true;
-    }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` describes `buf`, writable for its length; the kernel reads `remote`
-    // from this process's address space and fails (EFAULT) where it is not mapped, instead
-    // of faulting.
-    let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if got >= 0 {
-        return usize::try_from(got).is_ok_and(|n| n == buf.len());
-    }
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => read_through_pipe(addr, buf),
-        _ => false,
-    }
-}
-
-/// [`read_own`] through a pipe: `write(2)` from the address fails with EFAULT where it is
-/// not mapped, where a plain read would fault. One page at a time, so that a write into the
-/// empty pipe never blocks. The pipe is the shim's own, closed on return (and on exec).
-fn read_through_pipe(addr: usize, buf: &mut [u8]) -> bool {
-    let mut fds = [-1; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return false;
-    }
-    let mut ok = true;
-    for (i, chunk) in buf.chunks_mut(4096).enumerate() {
-        let Some(at) = addr.checked_add(i * 4096) else {
-            ok = false;
-            break;
-        };
-        // SAFETY: the kernel reads `chunk.len()` bytes at `at` from this process and fails
-        // with EFAULT where they are not mapped; `fds[1]` is the pipe created above.
-        let wrote = unsafe { libc::write(fds[1], at as *const c_void, chunk.len()) };
-        if usize::try_from(wrote).ok() != Some(chunk.len()) {
-            ok = false;
-            break;
-        }
-        let mut done = 0;
-        while done < chunk.len() {
-            // SAFETY: reads into the unfilled rest of `chunk`, from the pipe created above,
-            // which holds exactly the bytes written.
-            let n = unsafe {
-                libc::read(
-                    fds[0],
-                    chunk[done..].as_mut_ptr().cast(),
-                    chunk.len() - done,
-                )
-            };
-            match usize::try_from(n) {
-                Ok(n) if n > 0 => done += n,
-                _ => break,
-            }
-        }
-        if done != chunk.len() {
-            ok = false;
-            break;
-        }
-    }
-    // SAFETY: the two descriptors pipe2 created above, closed once.
-    unsafe {
-        libc::close(fds[0]);
-        libc::close(fds[1]);
-    }
-    ok
-}
-
 /// The image at `image` as the caller handed it: its length from its own headers, its
 /// bytes copied. None: not readable as a code object (or larger than [`MAX_IMAGE`]).
 fn read_image(image: *const c_void) -> Option<Vec<u8>> {
@@ -147,14 +67,15 @@ fn read_image(image: *const c_void) -> Option<Vec<u8>> {
     }
     let base = image as usize;
     let len = descriptors::image_len(&mut |offset: usize, buf: &mut [u8]| {
-        base.checked_add(offset)
-            .is_some_and(|at| at.checked_add(buf.len()).is_some() && read_own(at, buf))
+        base.checked_add(offset).is_some_and(|at| {
+            at.checked_add(buf.len()).is_some() && crate::own_memory::read(at, buf)
+        })
     })?;
     if len == 0 || len > MAX_IMAGE {
         return None;
     }
     let mut bytes = vec![0u8; len];
-    read_own(base, &mut bytes).then_some(bytes)
+    crate::own_memory::read(base, &mut bytes).then_some(bytes)
 }
 
 /// What one broken image holds: its gfx1010-gfx1013 code objects with findings.
@@ -885,19 +806,22 @@ mod tests {
     fn reading_own_memory_never_faults() {
         let data = [1u8, 2, 3, 4];
         let mut buf = [0u8; 4];
-        assert!(read_own(data.as_ptr() as usize, &mut buf));
+        assert!(crate::own_memory::read(data.as_ptr() as usize, &mut buf));
         assert_eq!(buf, data);
         // Page 0 is never mapped; the top of the address space neither.
-        assert!(!read_own(8, &mut buf));
-        assert!(!read_own(usize::MAX - 2, &mut buf));
+        assert!(!crate::own_memory::read(8, &mut buf));
+        assert!(!crate::own_memory::read(usize::MAX - 2, &mut buf));
         assert!(read_image(std::ptr::null()).is_none());
         assert!(read_image(16 as *const c_void).is_none());
         // The pipe's way, as where process_vm_readv is refused: across pages too.
         let big: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let mut got = vec![0u8; big.len()];
-        assert!(read_through_pipe(big.as_ptr() as usize, &mut got));
+        assert!(crate::own_memory::through_pipe(
+            big.as_ptr() as usize,
+            &mut got
+        ));
         assert_eq!(got, big);
-        assert!(!read_through_pipe(8, &mut buf));
+        assert!(!crate::own_memory::through_pipe(8, &mut buf));
     }
 
     #[test]
@@ -933,10 +857,10 @@ mod tests {
             assert!(read_image(at.cast()).is_none());
             // Both ways of reading stop at the unmapped page, and read up to it.
             let mut across = [0u8; 128];
-            assert!(!read_own(at as usize, &mut across));
-            assert!(!read_through_pipe(at as usize, &mut across));
+            assert!(!crate::own_memory::read(at as usize, &mut across));
+            assert!(!crate::own_memory::through_pipe(at as usize, &mut across));
             let mut head = [0u8; 64];
-            assert!(read_through_pipe(at as usize, &mut head));
+            assert!(crate::own_memory::through_pipe(at as usize, &mut head));
             assert_eq!(head, h);
             libc::munmap(p, page);
         }
