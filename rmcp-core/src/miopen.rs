@@ -19,8 +19,8 @@
 //! Every switch is one MIOpen reads in each version rmcp supports (5.2.3, 5.7.1, 6.4.3,
 //! 7.2.4), with the meaning MIOpen's documentation gives it; docs/design.md ("MIOpen's
 //! switches") says where each name was checked. The family switches act on both Find and
-//! Immediate mode (`IsAlgorithmDisabled`, src/conv/solver_finders.cpp; src/convolution.cpp in
-//! 5.2.3), find-db entries included.
+//! Immediate mode, find-db entries included (`IsAlgorithmDisabled`: src/conv/solver_finders.cpp
+//! from 5.7, src/ocl/convolutionocl.cpp in 5.2.3).
 
 /// The direction of a convolution, as MIOpen's naive solvers name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,8 +105,8 @@ pub struct Switch {
     pub value: &'static str,
     /// What it does, in one line.
     pub does: &'static str,
-    /// Where MIOpen documents it (the page, in ROCm/MIOpen and, from 7.x, in
-    /// ROCm/rocm-libraries under projects/miopen).
+    /// Where MIOpen documents it (the page), or reads it when no page names it (the source
+    /// file); paths in ROCm/MIOpen and, from 7.x, in ROCm/rocm-libraries under projects/miopen.
     pub source: &'static str,
 }
 
@@ -119,8 +119,6 @@ impl Switch {
 
 const FILTERING: &str = "MIOpen docs/how-to/debug-log.rst, \"Filtering by algorithm\" \
                          (5.x: DebugAndLogging.md)";
-const FILTERING_ONE: &str = "MIOpen docs/how-to/debug-log.rst, \"Filtering the solutions on an \
-                             individual basis\" (5.x: DebugAndLogging.md)";
 const FIND_MODES: &str = "MIOpen docs/how-to/find-and-immediate.rst, \"Find modes\" \
                           (5.x: find_and_immediate.md)";
 
@@ -168,25 +166,30 @@ pub fn family_switch(family: Family) -> Option<Switch> {
 
 /// The switch that turns off the one naive solver.
 fn naive_switch(d: Direction) -> Switch {
-    let (variable, does) = match d {
+    // Read in the solver's own file, which is the only place that names it: MIOpen's
+    // documentation lists no naive switch.
+    let (variable, does, source) = match d {
         Direction::Forward => (
             "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_FWD",
             "turns off the naive forward solver alone (ConvDirectNaiveConvFwd)",
+            "MIOpen src/solver/conv/conv_direct_naive_conv_fwd.cpp (before 6.3: src/solver/)",
         ),
         Direction::Backward => (
             "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_BWD",
             "turns off the naive backward-data solver alone (ConvDirectNaiveConvBwd)",
+            "MIOpen src/solver/conv/conv_direct_naive_conv_bwd.cpp (before 6.3: src/solver/)",
         ),
         Direction::Weights => (
             "MIOPEN_DEBUG_CONV_DIRECT_NAIVE_CONV_WRW",
             "turns off the naive backward-weights solver alone (ConvDirectNaiveConvWrw)",
+            "MIOpen src/solver/conv/conv_direct_naive_conv_wrw.cpp (before 6.3: src/solver/)",
         ),
     };
     Switch {
         variable,
         value: "0",
         does,
-        source: FILTERING_ONE,
+        source,
     }
 }
 
