@@ -20,6 +20,13 @@ fn names_from_miopens_solvers_fall_in_their_family() {
             DirectNaive(Backward),
             true,
         ),
+        // MIOpen 6.4.3's forward kernel for an fp32 NCHW problem, as dispatched on the
+        // emulated gfx1010.
+        (
+            "naive_conv_ab_nonpacked_fwd_nchw_float_double_float",
+            DirectNaive(Forward),
+            true,
+        ),
         (
             "naive_conv_ab_nonpacked_wrw_nhwc_float_double_float",
             DirectNaive(Weights),
@@ -59,6 +66,13 @@ fn names_from_miopens_solvers_fall_in_their_family() {
         ),
         (
             "miopenSp3AsmConvFury_v2_4_1_gfx11_fp16_dot2_f2x3",
+            Winograd,
+            true,
+        ),
+        // MIOpen 7.2.4's choice for a 1x1x8x8 fp32 3x3 forward convolution on a gfx1010
+        // (ConvBinWinogradRxSf2x3g1, MIOpen's log).
+        (
+            "miopenSp3AsmConv_v30_3_1_gfx10_fp32_f2x3_stride1",
             Winograd,
             true,
         ),
@@ -110,6 +124,8 @@ fn names_from_miopens_solvers_fall_in_their_family() {
         ("MIOpenConvFFT_fwd_in", Fft, true),
         ("MIOpenConvFFT_cgemm", Fft, true),
         ("Im2d2Col", Gemm, false),
+        // MIOpen 6.4.3's im2col, as HIP's log names the dispatch on the emulated gfx1010.
+        ("Im2d2Col_v2", Gemm, false),
         ("Im3d2Col", Gemm, false),
         ("Col2Im2d", Gemm, false),
         ("transpose_NCHW2CNHW", Gemm, false),
@@ -164,7 +180,9 @@ fn miopens_files_are_its_library_its_build_folder_and_its_databases() {
         "/opt/rocm-6.4.3/lib/libMIOpen.so.1.0.60403",
         "/home/u/venv/lib/python3.12/site-packages/torch/lib/libMIOpen.so",
         "libMIOpen.so",
-        "/tmp/miopen-MIOpenConv1x1.cl-1a2b-3c4d-5e6f-7a8b/MIOpenConv1x1.cl.o",
+        // hipModuleLoad's files after a build, as MIOpen 6.4.3 loaded them (HIP's log).
+        "/tmp/miopen-MIOpenIm2d2Col.cl-b354-0c16-9f14-35ad/MIOpenIm2d2Col.cl.o",
+        "/tmp/miopen-naive_conv.cpp-7a32-2670-77be-71f2/naive_conv.cpp.o",
         "/tmp/miopen-0f1e-2d3c-4b5a-6978/naive_conv.cpp.o",
         "/home/u/.cache/miopen/3.4.0.0b54/gfx1010_20.ukdb",
         "/usr/share/miopen/db/gfx1030_36.kdb",
