@@ -74,8 +74,8 @@ impl Family {
             Family::ImplicitGemm => "an implicit GEMM convolution solver".into(),
             Family::Gemm => "the GEMM convolution algorithm (its im2col or transpose)".into(),
             Family::Fft => "the FFT convolution algorithm".into(),
-            Family::Other(what) => what.into(),
-            Family::Unknown => "a kernel rmcp does not place in a solver family".into(),
+            Family::Other(what) => format!("MIOpen's {what}, not a convolution"),
+            Family::Unknown => "a solver rmcp does not know by its kernels' names".into(),
         }
     }
 }
@@ -126,8 +126,8 @@ const FIND_MODES: &str = "MIOpen docs/how-to/find-and-immediate.rst, \"Find mode
 pub const FIND_FAST: Switch = Switch {
     variable: "MIOPEN_FIND_MODE",
     value: "FAST",
-    does: "no search: a find-db hit is used, a miss takes Immediate mode's choice instead of \
-           timing every applicable solver (also `2`; the default is DYNAMIC_HYBRID, `5`)",
+    does: "no search: a find-db hit, else Immediate mode's choice, instead of timing every \
+           applicable solver (also 2; the default is DYNAMIC_HYBRID, 5)",
     source: FIND_MODES,
 };
 
@@ -368,7 +368,7 @@ pub fn advice(name: &str, files: &[&str]) -> Vec<String> {
         By::Name => "by its name only",
     };
     let mut out = vec![format!(
-        "  MIOpen's kernel ({how}): {name} is {}",
+        "  MIOpen's kernel ({how}): {name}, from {}",
         k.family.words()
     )];
     let switches = switches(k.family);

@@ -292,8 +292,8 @@ fn the_advice_names_the_kernel_the_switches_and_their_source() {
     let lines = advice("naive_conv_fwd_nchw_float_double_float", &[LIB]);
     assert_eq!(
         lines[0],
-        "  MIOpen's kernel (by its library): naive_conv_fwd_nchw_float_double_float is the \
-         naive Direct convolution solver (forward)"
+        "  MIOpen's kernel (by its library): naive_conv_fwd_nchw_float_double_float, from \
+         the naive Direct convolution solver (forward)"
     );
     assert_eq!(
         lines[1],
@@ -313,7 +313,7 @@ fn the_advice_names_the_kernel_the_switches_and_their_source() {
     assert_eq!(
         advice("mloPoolingG", &[LIB]),
         [
-            "  MIOpen's kernel (by its library): mloPoolingG is pooling",
+            "  MIOpen's kernel (by its library): mloPoolingG, from MIOpen's pooling, not a convolution",
             "  MIOpen documents no switch that avoids this kernel"
         ]
     );
