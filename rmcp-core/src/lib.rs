@@ -19,6 +19,8 @@
 //!   offload bundles, target IDs), read from bytes a caller supplies;
 //! - [`buffer_descriptors`]: buffer resource descriptors RDNA1 misreads (Triton's), found in
 //!   a code object's machine code and fixed in a private copy.
+//! - [`miopen`]: which of MIOpen's kernels a GPU is running (by library and name), its
+//!   solver family, and MIOpen's own switches that avoid that family or its search.
 //! - [`stats_file`]: the stats file (RMCP_STATS_FILE) read back by `rmcp report`: its size
 //!   cap, the types of the fault fields, the caps on what is printed of them.
 
@@ -31,6 +33,7 @@ pub mod fault;
 pub mod gfx;
 pub mod gfx10;
 pub mod gfx101x;
+pub mod miopen;
 pub mod module_load;
 pub mod policy;
 pub mod quirks;
