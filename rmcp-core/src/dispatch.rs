@@ -103,6 +103,8 @@ pub struct Running {
     /// The watchdog's observation: seconds since it first saw this packet at the read index
     /// (None outside the stall block).
     pub seen_for: Option<u64>,
+    /// Lines about the kernel said under it (MIOpen's switches: [`crate::miopen::advice`]).
+    pub advice: Vec<String>,
 }
 
 impl Running {
@@ -179,7 +181,10 @@ pub fn running_lines(queues: &[Running], when: &str) -> Vec<String> {
     let mut out = vec![format!(
         "  running {when} (each busy queue's packet at its read index: the one the GPU was on):"
     )];
-    out.extend(busy.iter().map(|r| describe(r)));
+    for r in busy {
+        out.push(describe(r));
+        out.extend(r.advice.iter().map(|a| format!("    {a}")));
+    }
     out
 }
 
@@ -282,6 +287,7 @@ mod tests {
             name: Some("_Z4spinPi".into()),
             from: Some("libfoo.so".into()),
             seen_for: None,
+            advice: Vec::new(),
         }
     }
 
@@ -307,6 +313,16 @@ mod tests {
             running_lines(&[], "now"),
             ["  running now: unknown (rmcp saw no queue created in this process)"]
         );
+    }
+
+    #[test]
+    fn advice_goes_under_its_queue() {
+        let mut r = running(5, 7, 2);
+        r.advice = vec!["MIOpen's kernel".into(), "  MIOPEN_FIND_MODE=FAST".into()];
+        let lines = running_lines(&[r], "when it faulted");
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert_eq!(lines[2], "    MIOpen's kernel");
+        assert_eq!(lines[3], "      MIOPEN_FIND_MODE=FAST");
     }
 
     #[test]

@@ -699,6 +699,7 @@ mod tests {
             name: Some("_Z4spinPi".into()),
             from: Some("the program".into()),
             seen_for: None,
+            advice: Vec::new(),
         };
         f.running = vec![idle, busy];
         let t = text(&f);

@@ -336,7 +336,13 @@ fn gather(
     let _ = std::panic::catch_unwind(|| {
         crate::gfx101x::scan_libraries(&kernels, topology.as_ref());
     });
-    let gfx101x_sites = crate::gfx101x::sites_of(kernels.iter().filter_map(|k| k.name.as_deref()));
+    // The kernels running first, then those launched.
+    let gfx101x_sites = crate::gfx101x::sites_of(
+        running
+            .iter()
+            .filter_map(|r| r.name.as_deref())
+            .chain(kernels.iter().filter_map(|k| k.name.as_deref())),
+    );
     let (graph_kernels, graph_kernels_dropped) = crate::graphs::kernels();
     let rewritten = rmcp_core::registry::HOOKS
         .iter()
@@ -369,8 +375,20 @@ fn running(rocr: Option<&Rocr>) -> Vec<rmcp_core::dispatch::Running> {
             let mut r = now.running;
             r.node = node_of(rocr, now.agent);
             if let Some(rmcp_core::dispatch::Packet::Dispatch(d)) = r.packet {
-                r.name = crate::kernel_objects::name_of(d.kernel_object);
-                r.from = r.name.as_deref().and_then(crate::launches::origin_of);
+                let Some((name, origin)) = crate::kernel_objects::name_of(d.kernel_object) else {
+                    return r;
+                };
+                // A module load's file or loader, else the library that registered it.
+                let path = origin
+                    .as_ref()
+                    .map(|o| o.path.clone())
+                    .or_else(|| crate::launches::origin_of(&name));
+                r.from = origin.map(|o| o.words()).or_else(|| path.clone());
+                r.advice = rmcp_core::miopen::advice(
+                    &name,
+                    &path.iter().map(String::as_str).collect::<Vec<_>>(),
+                );
+                r.name = Some(name);
             }
             r
         })
@@ -603,5 +621,6 @@ pub(crate) fn running_json(r: &rmcp_core::dispatch::Running) -> serde_json::Valu
         "write": r.write,
         "packet": packet,
         "seen_for_s": r.seen_for,
+        "advice": r.advice,
     })
 }

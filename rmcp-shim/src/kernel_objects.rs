@@ -15,7 +15,7 @@
 //! loaded". Nothing here runs on a launch.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::launches::NAME_MAX;
 
@@ -41,6 +41,8 @@ struct Entry {
     /// Offset and length of the name in the arena.
     at: AtomicUsize,
     len: AtomicUsize,
+    /// Its origin + 1 ([`ORIGINS`]); 0: not loaded by a hooked module load.
+    origin: AtomicU32,
 }
 
 static TABLE: [Entry; ENTRIES] = [const {
@@ -48,8 +50,54 @@ static TABLE: [Entry; ENTRIES] = [const {
         kernel_object: AtomicU64::new(0),
         at: AtomicUsize::new(0),
         len: AtomicUsize::new(0),
+        origin: AtomicU32::new(0),
     }
 }; ENTRIES];
+
+/// Where a hooked module load's code came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Origin {
+    /// The file (`hipModuleLoad`), or the library that loaded an image from memory.
+    pub(crate) path: String,
+    pub(crate) in_memory: bool,
+}
+
+impl Origin {
+    /// In words, for the block.
+    pub(crate) fn words(&self) -> String {
+        if self.in_memory {
+            format!("a code object in memory loaded by {}", self.path)
+        } else {
+            self.path.clone()
+        }
+    }
+}
+
+/// The origins seen, each once; [`ORIGINS_MAX`] at most. Written by module loads (not a hot
+/// path), read at fault time without waiting (`try_lock`).
+static ORIGINS: std::sync::Mutex<Vec<Origin>> = std::sync::Mutex::new(Vec::new());
+const ORIGINS_MAX: usize = 4096;
+
+/// Before a hooked module load is forwarded on this thread: the executables it freezes
+/// belong to `origin`. Returns what to hand [`loaded`] after the call.
+pub(crate) fn loading(origin: Origin) -> u32 {
+    let index = ORIGINS.lock().ok().and_then(|mut all| {
+        if let Some(i) = all.iter().position(|o| *o == origin) {
+            return Some(i);
+        }
+        (all.len() < ORIGINS_MAX).then(|| {
+            all.push(origin);
+            all.len() - 1
+        })
+    });
+    let id = index.map_or(0, |i| i as u32 + 1);
+    crate::thread::with(|t| t.set_loading(id))
+}
+
+/// After the load returned: the thread's origin as it was before.
+pub(crate) fn loaded(before: u32) {
+    crate::thread::with(|t| t.set_loading(before));
+}
 static USED: AtomicUsize = AtomicUsize::new(0);
 
 /// The names, written once each (by the thread that claimed the bytes) before the entry
@@ -58,9 +106,11 @@ static ARENA_BYTES: [AtomicU64; ARENA / 8] = [const { AtomicU64::new(0) }; ARENA
 static ARENA_USED: AtomicUsize = AtomicUsize::new(0);
 static FULL_TOLD: AtomicBool = AtomicBool::new(false);
 
-/// What an iteration needs: the copy's `hsa_executable_symbol_get_info`.
+/// What an iteration needs: the copy's `hsa_executable_symbol_get_info`, and the origin of
+/// what is being loaded.
 struct Walk {
     symbol_info: SymbolInfoFn,
+    origin: u32,
 }
 
 /// At the entry of `hsa_executable_freeze(executable, ..)` made by runtime copy `c`: keeps
@@ -79,7 +129,10 @@ pub(crate) fn freezing(c: &crate::copies::Copy, executable: u64) {
             std::mem::transmute::<usize, SymbolInfoFn>(info),
         )
     };
-    let mut walk = Walk { symbol_info };
+    let mut walk = Walk {
+        symbol_info,
+        origin: crate::thread::with(|t| t.loading()),
+    };
     // SAFETY: a valid executable (the one the runtime is about to freeze), a callback of the
     // signature ROCr calls, and data that outlives the call.
     unsafe { iterate(executable, on_symbol, (&raw mut walk).cast()) };
@@ -123,13 +176,13 @@ unsafe extern "C" fn on_symbol(_executable: u64, symbol: u64, data: *mut c_void)
         // ROCr names a kernel symbol by its descriptor's ELF symbol (`NAME.kd`) in some
         // releases (5.x) and by the kernel's name in others: kept as the kernel's name.
         let name = name.strip_suffix(b".kd").unwrap_or(&name);
-        keep(object, name);
+        keep(object, name, walk.origin);
     });
     HSA_STATUS_SUCCESS
 }
 
-/// Keeps `name` for `kernel_object`.
-fn keep(kernel_object: u64, name: &[u8]) {
+/// Keeps `name` (and its origin) for `kernel_object`.
+fn keep(kernel_object: u64, name: &[u8], origin: u32) {
     let name = &name[..name.len().min(NAME_MAX)];
     let words = name.len().div_ceil(8);
     let at = ARENA_USED.fetch_add(words, Ordering::Relaxed);
@@ -150,11 +203,13 @@ fn keep(kernel_object: u64, name: &[u8]) {
     }
     e.at.store(at, Ordering::Relaxed);
     e.len.store(name.len(), Ordering::Relaxed);
+    e.origin.store(origin, Ordering::Relaxed);
     e.kernel_object.store(kernel_object, Ordering::Release);
 }
 
-/// The name kept for `kernel_object`, the newest first. At fault time only.
-pub(crate) fn name_of(kernel_object: u64) -> Option<String> {
+/// The name kept for `kernel_object` (the newest first), with its origin when a hooked module
+/// load loaded it and the origins can be read without waiting. At fault time only.
+pub(crate) fn name_of(kernel_object: u64) -> Option<(String, Option<Origin>)> {
     if kernel_object == 0 {
         return None;
     }
@@ -170,7 +225,14 @@ pub(crate) fn name_of(kernel_object: u64) -> Option<String> {
         .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
         .collect();
     bytes.truncate(len);
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    let origin = match e.origin.load(Ordering::Relaxed) {
+        0 => None,
+        id => ORIGINS
+            .try_lock()
+            .ok()
+            .and_then(|all| all.get(id as usize - 1).cloned()),
+    };
+    Some((String::from_utf8_lossy(&bytes).into_owned(), origin))
 }
 
 #[cfg(test)]
@@ -211,19 +273,30 @@ mod tests {
 
     #[test]
     fn kernels_are_kept_by_object_and_named_newest_first() {
+        let origin = Origin {
+            path: "/tmp/k.co".into(),
+            in_memory: false,
+        };
+        let before = loading(origin.clone());
         let mut walk = Walk {
             symbol_info: fake_info,
+            origin: crate::thread::with(|t| t.loading()),
         };
+        loaded(before);
+        assert_eq!(crate::thread::with(|t| t.loading()), before);
         for symbol in 1..=3 {
             // SAFETY: `walk` outlives the call.
             let rc = unsafe { on_symbol(9, symbol, (&raw mut walk).cast()) };
             assert_eq!(rc, HSA_STATUS_SUCCESS);
         }
-        assert_eq!(name_of(0x7000_0100).as_deref(), Some("_Z4spinPi"));
+        assert_eq!(
+            name_of(0x7000_0100),
+            Some(("_Z4spinPi".to_string(), Some(origin)))
+        );
         assert_eq!(name_of(0x7000_0200), None, "a variable is not a kernel");
-        assert_eq!(name_of(0x7000_0300).map(|n| n.len()), Some(NAME_MAX));
+        assert_eq!(name_of(0x7000_0300).map(|n| n.0.len()), Some(NAME_MAX));
         assert_eq!(name_of(0), None);
-        keep(0x7000_0100, b"later");
-        assert_eq!(name_of(0x7000_0100).as_deref(), Some("later"));
+        keep(0x7000_0100, b"later", 0);
+        assert_eq!(name_of(0x7000_0100), Some(("later".to_string(), None)));
     }
 }
