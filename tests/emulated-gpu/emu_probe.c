@@ -31,6 +31,7 @@
  *   stream:N             later launches go to stream N: 0 the null stream, 1-7 streams made
  *                        by hipStreamCreate when first named
  *   sleep:SECONDS        sleep(SECONDS): the GPU goes on meanwhile
+ *   threads              -> "names=A,B,.." the process's threads' names (/proc/self/task)
  *   launch               hipModuleLaunchKernel(the kernel, 1x1x1, 1x1x1, args: the buffer)
  *                        on the current stream
  *   launch@thread        the same launch from a new thread, joined before the next step
@@ -42,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -242,6 +244,30 @@ static hipError_t copy(int d2h, size_t size)
 	return rc;
 }
 
+/* The names of the process's threads, comma-separated, into out. */
+static hipError_t thread_names(char *out, size_t n)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	size_t used = (size_t)snprintf(out, n, "names=");
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) && used < n) {
+		char path[300], name[64] = "";
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f && fgets(name, sizeof name, f))
+			name[strcspn(name, "\n")] = 0;
+		if (f)
+			fclose(f);
+		used += (size_t)snprintf(out + used, n - used, "%s,", name);
+	}
+	closedir(d);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int failed = 0;
@@ -284,6 +310,8 @@ int main(int argc, char **argv)
 			if (at)
 				*at = 0;
 			rc = fault ? fault(step + 6, va) : -1;
+		} else if (!strcmp(step, "threads")) {
+			rc = thread_names(detail, sizeof detail);
 		} else if (sscanf(step, "sleep:%u", &secs) == 1) {
 			sleep(secs);
 			rc = 0;
