@@ -4,12 +4,17 @@
  * below are include/miopen/miopen.h's), for reading which solver and kernel MIOpen picks on
  * the emulated GPU with and without one of its switches (issue 41, item 4).
  *
- *   miopen_conv find|immediate [N C H W K R S [PAD]]   default 1 1 8 8 1 3 3 0, fp32, NCHW
+ *   miopen_conv [hang] find|immediate [N C H W K R S [PAD]]   default 1 1 8 8 1 3 3 0, fp32, NCHW
  *
  * find: miopenFindConvolutionForwardAlgorithm (what the search does under MIOPEN_FIND_MODE),
  * then miopenConvolutionForward with the first algorithm found. immediate: the solutions
  * miopenConvolutionForwardGetSolution lists, best first, then the first compiled and run
  * (miopenConvolutionForwardCompileSolution, miopenConvolutionForwardImmediate).
+ *
+ * hang: on the emulated GPU, emugpu_fault("hang", 0) (dlsym(RTLD_DEFAULT), as emu_probe does)
+ * just before the convolution call (miopenConvolutionForward or
+ * miopenConvolutionForwardImmediate): the convolution's first dispatch never completes. The
+ * program prints `armed hang rc=N` first (-1: no emulator).
  *
  * Prints one line per call: `CALL status=N` and what it returned:
  *   find algo=A time=T memory=M      (A: miopenConvFwdAlgorithm_t, 0 GEMM 1 Direct 2 FFT
@@ -20,16 +25,19 @@
  * MIOPEN_LOG_LEVEL=6: the solvers listed, tried and chosen, "Preparing kernel: NAME") or
  * HIP's (AMD_LOG_LEVEL=4: one "ShaderName : NAME" per dispatch).
  *
- * Not built by rmcp-testkit yet: cc -O2 -Wall -Wextra -Werror -o miopen_conv miopen_conv.c
- * -ldl, run in the sid root (MIOpen 6.4.3) on the emulated GPU (libemugpu.so preloaded,
- * EMUGPU_FIXTURE the rdna1 fixture). MIOpen builds each kernel on first use, and Debian's
- * 6.4.3 build cannot as the root stands: its HIP kernels are compiled with
- * `/usr/bin/clang++-21 ... -isystem /usr/include`, which breaks libstdc++'s
- * `#include_next <math.h>` ("'math.h' file not found"), and its OpenCL ones (im2col) with
- * the build-time path /build/reproducible-path/miopen-6.4.3+dfsg/build/clang-21. In a
- * private overlay of the root, a clang++ that drops that -isystem and a link at that path
- * make both build. The exp root (7.2.4) has no clang: its solvers are listed and chosen,
- * nothing is built.
+ * rmcp-testkit builds it (RMCP_MIOPEN_CONV): cc -O2 -Wall -Wextra -Werror -o miopen_conv
+ * miopen_conv.c -ldl. tests/miopen_hang.rs runs it in the sid root (MIOpen 6.4.3) on the
+ * emulated GPU (libemugpu.so preloaded, EMUGPU_FIXTURE the rdna1 fixture). MIOpen builds
+ * each kernel on first use, and Debian's 6.4.3 build cannot as the root stands: its HIP
+ * kernels are compiled with `/usr/bin/clang++-21 ... -isystem /usr/include`, which breaks
+ * libstdc++'s `#include_next <math.h>` ("'math.h' file not found"), and its OpenCL ones
+ * (im2col) with the build-time path /build/reproducible-path/miopen-6.4.3+dfsg/build/clang-21.
+ * In a private overlay of the root (what the test runs it in), a clang++ that drops that
+ * -isystem and a link at that path make both build. The exp root (7.2.4) has no clang, and
+ * its MIOpen lacks the prebuilt Winograd kernel it would pick ("Failed to load kernel source:
+ * Conv_Winograd_v30_3_1_fp32_f2x3_stride1.s"; with MIOPEN_DEBUG_CONV_WINOGRAD=0, GEMM's
+ * im2col fails in hiprtc, "unable to transform options"): its solvers are listed and chosen,
+ * no kernel of MIOpen's runs.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -66,6 +74,18 @@ static void *sym(const char *name)
 #define FN(ret, name, ...) ((ret(*)(__VA_ARGS__))sym(#name))
 
 static int failed;
+static int hang;
+
+/* The emulator's hang, armed for the next dispatch (see the usage above). */
+static void arm_hang(void)
+{
+	if (!hang)
+		return;
+	int (*fault)(const char *, unsigned long long) =
+		(int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+	printf("armed hang rc=%d\n", fault ? fault("hang", 0) : -1);
+	fflush(stdout);
+}
 
 static int check(const char *call, int status)
 {
@@ -90,9 +110,14 @@ static void *device_alloc(size_t bytes)
 int main(int argc, char **argv)
 {
 	int dims[8] = {1, 1, 8, 8, 1, 3, 3, 0};
+	if (argc > 1 && strcmp(argv[1], "hang") == 0) {
+		hang = 1;
+		argc--;
+		argv++;
+	}
 	const int immediate = argc > 1 && strcmp(argv[1], "immediate") == 0;
 	if (argc < 2 || (!immediate && strcmp(argv[1], "find") != 0)) {
-		fprintf(stderr, "usage: miopen_conv find|immediate [N C H W K R S [PAD]]\n");
+		fprintf(stderr, "usage: miopen_conv [hang] find|immediate [N C H W K R S [PAD]]\n");
 		return 2;
 	}
 	for (int i = 2; i < argc && i < 10; i++)
@@ -152,6 +177,7 @@ int main(int argc, char **argv)
 			       perf[i].memory);
 		if (returned > 0) {
 			float alpha = 1, beta = 0;
+			arm_hang();
 			check("miopenConvolutionForward",
 			      FN(int, miopenConvolutionForward, handle_t, const void *, handle_t,
 				 const void *, handle_t, const void *, handle_t, int, const void *,
@@ -182,6 +208,7 @@ int main(int argc, char **argv)
 			      FN(int, miopenConvolutionForwardCompileSolution, handle_t, handle_t,
 				 handle_t, handle_t, handle_t, uint64_t)(handle, wd, xd, cd, yd,
 									 sol[0].solution_id));
+			arm_hang();
 			check("miopenConvolutionForwardImmediate",
 			      FN(int, miopenConvolutionForwardImmediate, handle_t, handle_t,
 				 const void *, handle_t, const void *, handle_t, handle_t, void *,
