@@ -55,6 +55,31 @@ pub fn check_doctor_layout(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The `code_objects` row of `rmcp doctor --json` output `j` for the library at `path`
+/// (compared as the doctor gives it: canonical). Panics, listing the rows, when none is.
+pub fn code_objects_row<'a>(
+    j: &'a serde_json::Value,
+    path: &std::path::Path,
+) -> &'a serde_json::Value {
+    let want = std::fs::canonicalize(path).unwrap().display().to_string();
+    j["code_objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["path"] == want.as_str())
+        .unwrap_or_else(|| panic!("{want} not in {:#}", j["code_objects"]))
+}
+
+/// The commands of a finding's remedy in `rmcp doctor --json` output (`remedy.commands`).
+pub fn remedy_commands(finding: &serde_json::Value) -> Vec<String> {
+    finding["remedy"]["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,29 +118,4 @@ mod tests {
                 .contains("81 columns")
         );
     }
-}
-
-/// The `code_objects` row of `rmcp doctor --json` output `j` for the library at `path`
-/// (compared as the doctor gives it: canonical). Panics, listing the rows, when none is.
-pub fn code_objects_row<'a>(
-    j: &'a serde_json::Value,
-    path: &std::path::Path,
-) -> &'a serde_json::Value {
-    let want = std::fs::canonicalize(path).unwrap().display().to_string();
-    j["code_objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["path"] == want.as_str())
-        .unwrap_or_else(|| panic!("{want} not in {:#}", j["code_objects"]))
-}
-
-/// The commands of a finding's remedy in `rmcp doctor --json` output (`remedy.commands`).
-pub fn remedy_commands(finding: &serde_json::Value) -> Vec<String> {
-    finding["remedy"]["commands"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap().to_string())
-        .collect()
 }
