@@ -24,6 +24,7 @@ pub mod buffer_descriptors;
 pub mod classify;
 pub mod code_objects;
 pub mod config;
+pub mod fatbin;
 pub mod fault;
 pub mod gfx;
 pub mod gfx10;
