@@ -38,7 +38,7 @@ pub(crate) fn card(topology: Option<&Topology>) -> Option<Gfx> {
 }
 
 /// That card, and the ISA the override makes the runtime load code for.
-fn card_and_isa(topology: Option<&Topology>) -> Option<(Gfx, Gfx)> {
+pub(crate) fn card_and_isa(topology: Option<&Topology>) -> Option<(Gfx, Gfx)> {
     topology?.gpus.iter().find_map(|g| {
         let value = OverrideValue::parse(&crate::report::override_now(g.node)?)?;
         (override_effect(g.gfx, value.gfx()) == OverrideEffect::Rdna1AsRdna2)
@@ -153,6 +153,38 @@ pub(crate) fn sites_of<'a>(names: impl Iterator<Item = &'a str>) -> Vec<KernelSi
         }
     }
     out
+}
+
+/// "N s_inst_prefetch (gfx101x hangs on it) and N s_clause around an NSA image
+/// instruction": what the in-place fixes of `found` change.
+pub(crate) fn fixable_text(found: &gfx101x::InPlace) -> String {
+    let n = |bug: gfx101x::Bug| found.fixes.iter().filter(|f| f.bug == bug).count();
+    format!(
+        "{} s_inst_prefetch (gfx101x hangs on it) and {} s_clause around an NSA image \
+         instruction",
+        n(gfx101x::Bug::InstFwdPrefetch),
+        n(gfx101x::Bug::NsaClause)
+    )
+}
+
+/// What no in-place fix of `found` covers, per bug, or "nothing else".
+pub(crate) fn left_text(found: &gfx101x::InPlace) -> String {
+    let mut rest: Vec<String> = gfx101x::Bug::ALL
+        .iter()
+        .filter(|b| found.left[b.index()] > 0)
+        .map(|b| format!("{} {}", b.mattr(), found.left[b.index()]))
+        .collect();
+    if found.otherwise > 0 {
+        rest.push(format!(
+            "{} instructions it decodes otherwise",
+            found.otherwise
+        ));
+    }
+    if rest.is_empty() {
+        "nothing else".to_string()
+    } else {
+        rest.join(", ")
+    }
 }
 
 #[cfg(test)]

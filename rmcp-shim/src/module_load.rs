@@ -43,6 +43,7 @@ use rmcp_sys::{HipApi, HipError, error};
 
 use crate::binding::Binding;
 use crate::intercept::{Call, Caller, binding_of, describe_caller, forward_bare};
+use crate::own_memory::read_own;
 use crate::state::Global;
 use crate::stats::{self, Image, Outcome};
 use crate::thread::{self, ThreadState};
@@ -58,86 +59,6 @@ static SAID_FULL: AtomicBool = AtomicBool::new(false);
 static SAID_FALLBACK: AtomicBool = AtomicBool::new(false);
 static SAID_OVERRIDE: AtomicBool = AtomicBool::new(false);
 static SAID_OVERRIDE_FILE: AtomicBool = AtomicBool::new(false);
-
-/// Reads `buf.len()` bytes at `addr` of this process's memory; false (never a fault) where
-/// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
-/// refuses it (Docker's default profile allows it only with CAP_SYS_PTRACE), through a pipe
-/// of the shim's own (`read_through_pipe`).
-fn read_own(addr: usize, buf: &mut [u8]) -> bool {
-    if buf.is_empty() {
-        return true;
-    }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` describes `buf`, writable for its length; the kernel reads `remote`
-    // from this process's address space and fails (EFAULT) where it is not mapped, instead
-    // of faulting.
-    let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if got >= 0 {
-        return usize::try_from(got).is_ok_and(|n| n == buf.len());
-    }
-    match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => read_through_pipe(addr, buf),
-        _ => false,
-    }
-}
-
-/// [`read_own`] through a pipe: `write(2)` from the address fails with EFAULT where it is
-/// not mapped, where a plain read would fault. One page at a time, so that a write into the
-/// empty pipe never blocks. The pipe is the shim's own, closed on return (and on exec).
-fn read_through_pipe(addr: usize, buf: &mut [u8]) -> bool {
-    let mut fds = [-1; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return false;
-    }
-    let mut ok = true;
-    for (i, chunk) in buf.chunks_mut(4096).enumerate() {
-        let Some(at) = addr.checked_add(i * 4096) else {
-            ok = false;
-            break;
-        };
-        // SAFETY: the kernel reads `chunk.len()` bytes at `at` from this process and fails
-        // with EFAULT where they are not mapped; `fds[1]` is the pipe created above.
-        let wrote = unsafe { libc::write(fds[1], at as *const c_void, chunk.len()) };
-        if usize::try_from(wrote).ok() != Some(chunk.len()) {
-            ok = false;
-            break;
-        }
-        let mut done = 0;
-        while done < chunk.len() {
-            // SAFETY: reads into the unfilled rest of `chunk`, from the pipe created above,
-            // which holds exactly the bytes written.
-            let n = unsafe {
-                libc::read(
-                    fds[0],
-                    chunk[done..].as_mut_ptr().cast(),
-                    chunk.len() - done,
-                )
-            };
-            match usize::try_from(n) {
-                Ok(n) if n > 0 => done += n,
-                _ => break,
-            }
-        }
-        if done != chunk.len() {
-            ok = false;
-            break;
-        }
-    }
-    // SAFETY: the two descriptors pipe2 created above, closed once.
-    unsafe {
-        libc::close(fds[0]);
-        libc::close(fds[1]);
-    }
-    ok
-}
 
 /// The image at `image` as the caller handed it: its length from its own headers, its
 /// bytes copied. None: not readable as a code object (or larger than [`MAX_IMAGE`]).
@@ -633,35 +554,14 @@ fn after_overrides(
     if SAID_OVERRIDE.swap(true, Relaxed) {
         return;
     }
-    let n = |bug: gfx101x::Bug| found.fixes.iter().filter(|f| f.bug == bug).count();
     let what = format!(
         "{} (from {}) loaded gfx103x code that this {} runs under HSA_OVERRIDE_GFX_VERSION",
         call.hook.name(),
         describe_caller(caller),
         o.card
     );
-    let fixable = format!(
-        "{} s_inst_prefetch (gfx101x hangs on it) and {} s_clause around an NSA image \
-         instruction",
-        n(gfx101x::Bug::InstFwdPrefetch),
-        n(gfx101x::Bug::NsaClause)
-    );
-    let mut rest: Vec<String> = gfx101x::Bug::ALL
-        .iter()
-        .filter(|b| found.left[b.index()] > 0)
-        .map(|b| format!("{} {}", b.mattr(), found.left[b.index()]))
-        .collect();
-    if found.otherwise > 0 {
-        rest.push(format!(
-            "{} instructions it decodes otherwise",
-            found.otherwise
-        ));
-    }
-    let rest = if rest.is_empty() {
-        "nothing else".to_string()
-    } else {
-        rest.join(", ")
-    };
+    let fixable = crate::gfx101x::fixable_text(found);
+    let rest = crate::gfx101x::left_text(found);
     let done = if fixes == 0 {
         "nothing in it can be fixed in place".to_string()
     } else if applied {
@@ -828,6 +728,7 @@ fn read_file(path: &std::path::Path) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::own_memory::read_through_pipe;
 
     #[test]
     fn a_copy_is_kept_once_per_content_and_freed_with_its_last_module() {
