@@ -19,9 +19,11 @@
 //! - a compressed bundle is read through `code_objects::pick` as the doctor reads one (only
 //!   up to the entry's end); one of version 1, which does not say its size, is left as it
 //!   is (said once);
-//! - bounded: at most [`MAX_OBJECT`] bytes per entry, [`MAX_SCANNED`] bytes read and
-//!   [`MAX_TIME`] spent over the process's registrations, [`MAX_KEPT`] bytes of private
-//!   copies; past a bound, fat binaries are handed on as they are, said once per bound;
+//! - bounded: at most [`MAX_OBJECT`] bytes read per entry and [`MAX_SCAN`] scanned,
+//!   [`MAX_SCANNED`] bytes read and [`MAX_TIME`] spent over the process's registrations
+//!   (checked before each: one registration may end past it, by at most one entry's scan),
+//!   [`MAX_KEPT`] bytes of private copies; past a bound, fat binaries are handed on as they
+//!   are, said once (the first bound hit);
 //! - off the hot path: registration happens once per fat binary, at start-up or when a
 //!   library is loaded; launches are unchanged. Without an `HSA_OVERRIDE_GFX_VERSION*`
 //!   variable in the environment, one look at the environment is all it costs.
@@ -47,10 +49,13 @@ use crate::stats::{self, OverrideEvent};
 
 /// The largest entry read (a bigger one is handed on as it is).
 const MAX_OBJECT: u64 = 256 << 20;
+/// The largest entry scanned (decoded instruction by instruction, some 20 MB/s: about 1.6 s
+/// at most) when it may hold a word to fix; a bigger one is handed on as it is.
+const MAX_SCAN: u64 = 32 << 20;
 /// Bytes read over all registrations of the process.
 const MAX_SCANNED: u64 = 1 << 30;
 /// Time spent over all registrations of the process.
-const MAX_TIME: Duration = Duration::from_secs(5);
+const MAX_TIME: Duration = Duration::from_secs(2);
 /// Bytes of private copies kept.
 const MAX_KEPT: u64 = 512 << 20;
 
@@ -94,9 +99,27 @@ impl ReadAt for Own {
 /// Whether the environment holds `HSA_OVERRIDE_GFX_VERSION` or a per-node form of it. Read
 /// at each registration: a program may set it before it loads its HIP libraries (Python's
 /// `os.environ` before `import torch`).
+/// Without allocating: this runs for every fat binary of every HIP process.
 fn override_in_environment() -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    std::env::vars_os().any(|(k, _)| k.as_bytes().starts_with(b"HSA_OVERRIDE_GFX_VERSION"))
+    unsafe extern "C" {
+        static environ: *const *const std::ffi::c_char;
+    }
+    const NAME: &[u8] = b"HSA_OVERRIDE_GFX_VERSION";
+    // The variable or a per-node form (HSA_OVERRIDE_GFX_VERSION_<node>): each entry, a
+    // NUL-terminated "NAME=VALUE", compared up to the name's length (strncmp stops at the
+    // NUL of a shorter one), as getenv reads them.
+    // SAFETY: `environ` is the process's environment, a null-terminated array of
+    // NUL-terminated strings, read as getenv reads it.
+    unsafe {
+        let mut p = environ;
+        while !p.is_null() && !(*p).is_null() {
+            if libc::strncmp(*p, NAME.as_ptr().cast(), NAME.len()) == 0 {
+                return true;
+            }
+            p = p.add(1);
+        }
+    }
+    false
 }
 
 /// The time the registrations under an override took so far.
@@ -158,12 +181,7 @@ pub(crate) fn register(data: usize, ret: usize) -> usize {
         Outcome::Left(why) => {
             stats::record_override(OverrideEvent::FatBinariesLeft, 1);
             let (flag, text) = match why {
-                Left::Bound(b) => (
-                    &SAID_BOUND,
-                    format!(
-                        "{b}: it and any further ones past the bound are handed to the runtime as they are"
-                    ),
-                ),
+                Left::Bound(b) => (&SAID_BOUND, b),
                 Left::Several => (
                     &SAID_SEVERAL,
                     "the GPUs of this machine would load different entries of its bundle: a \
@@ -242,6 +260,16 @@ pub(crate) fn register(data: usize, ret: usize) -> usize {
     }
 }
 
+/// Whether `object` may hold a word an in-place fix changes: `s_inst_prefetch` (SOPP op
+/// 0x20, `0xbfa0....`) or `s_clause` (SOPP op 0x21, `0xbfa1....`), at any byte. One pass over
+/// the bytes, against the scan's decoding of every instruction: an entry without such a
+/// word (most code; a literal that looks like one only costs the scan) is not scanned.
+fn may_hold_fixable(object: &[u8]) -> bool {
+    object
+        .windows(2)
+        .any(|w| w[1] == 0xbf && (w[0] == 0xa0 || w[0] == 0xa1))
+}
+
 /// Reads, scans and, when it is to be fixed, copies the fat binary `data` names.
 fn examine(data: usize, ret: usize) -> Outcome {
     let global = crate::report::global();
@@ -254,13 +282,15 @@ fn examine(data: usize, ret: usize) -> Outcome {
     }
     if spent() > MAX_TIME {
         return Outcome::Left(Left::Bound(format!(
-            "rmcp spent {} s on fat binaries registered under the override",
+            "rmcp spent {} s on the fat binaries registered under the override before this \
+             one: it and every later one are handed to the runtime as they are",
             MAX_TIME.as_secs()
         )));
     }
     if SCANNED.load(Relaxed) >= MAX_SCANNED {
         return Outcome::Left(Left::Bound(format!(
-            "rmcp read {MAX_SCANNED} bytes of fat binaries registered under the override"
+            "rmcp read {MAX_SCANNED} bytes of the fat binaries registered under the override \
+             before this one: it and every later one are handed to the runtime as they are"
         )));
     }
     let mut head = [0u8; WRAPPER_SIZE];
@@ -294,7 +324,9 @@ fn examine(data: usize, ret: usize) -> Outcome {
         .unwrap_or_default();
     isas.sort_by_key(|g| g.0);
     isas.dedup();
-    let (len, host) = match fatbin::extent(&mem, MAX_OBJECT.saturating_mul(4)) {
+    let (len, host) = // Only the picked entry of a plain bundle is read, whatever its length; a compressed one
+    // is read whole (up to the entry's end inflated), under `pick`'s bound.
+    match fatbin::extent(&mem, u64::MAX) {
         Ok(Extent::Plain { len, entries }) => match fatbin::common_pick(&entries, &isas) {
             Pick::One(_) => (len, fatbin::host_id(&entries).map(str::to_string)),
             Pick::Several => return Outcome::Left(Left::Several),
@@ -311,8 +343,7 @@ fn examine(data: usize, ret: usize) -> Outcome {
         Ok(Extent::CompressedUnsized) => return Outcome::Left(Left::CompressedUnsized),
         Ok(Extent::TooBig(n)) => {
             return Outcome::Left(Left::Bound(format!(
-                "a bundle of {n} bytes, over rmcp's bound of {} per fat binary",
-                MAX_OBJECT.saturating_mul(4)
+                "a bundle of {n} bytes: handed to the runtime as it is"
             )));
         }
         Err(_) => return Outcome::Left(Left::Unreadable),
@@ -324,13 +355,32 @@ fn examine(data: usize, ret: usize) -> Outcome {
             } if !id.is_empty() => (bytes, target, id),
             pick::Got::TooBig(n) => {
                 return Outcome::Left(Left::Bound(format!(
-                    "an entry of {n} bytes, over rmcp's bound of {MAX_OBJECT} per entry"
+                    "an entry of {n} bytes, over rmcp's bound of {MAX_OBJECT} read per entry: \
+                 handed to the runtime as it is"
                 )));
             }
             pick::Got::Nothing => return Outcome::Untouched,
             _ => return Outcome::Left(Left::Unreadable),
         };
     SCANNED.fetch_add(bytes.len() as u64, Relaxed);
+    if !may_hold_fixable(&bytes) {
+        // Nothing to fix in place: the scan (which decodes every instruction) is spared.
+        return Outcome::Scanned {
+            card,
+            target,
+            found: gfx101x::InPlace::default(),
+            action: LoadAction::Forward,
+            handed: None,
+            full: false,
+        };
+    }
+    if bytes.len() as u64 > MAX_SCAN {
+        return Outcome::Left(Left::Bound(format!(
+            "its {target} entry of {} bytes may hold words to fix, over rmcp's bound of \
+             {MAX_SCAN} bytes scanned per entry: handed to the runtime as it is",
+            bytes.len()
+        )));
+    }
     let Ok(found) = gfx101x::in_place_fixes(&bytes, card) else {
         return Outcome::Left(Left::Unreadable);
     };
@@ -367,5 +417,35 @@ fn examine(data: usize, ret: usize) -> Outcome {
         action,
         handed,
         full,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_object_with_a_prefetch_or_clause_word_is_scanned() {
+        let word = |w: u32| w.to_le_bytes().to_vec();
+        // s_inst_prefetch 0x1, s_clause 0x2, s_nop 0, v_add_f32 v1, v2, v3.
+        assert!(may_hold_fixable(&word(0xbfa0_0001)));
+        assert!(may_hold_fixable(&[&[0u8][..], &word(0xbfa1_0002)].concat()));
+        assert!(!may_hold_fixable(
+            &[word(0xbf80_0000), word(0x0602_0702)].concat()
+        ));
+        assert!(!may_hold_fixable(&[]));
+    }
+
+    #[test]
+    fn own_memory_reads_stop_at_an_unmapped_page() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut buf = vec![0u8; 100];
+        assert_eq!(
+            Own(data.as_ptr() as usize).read_at(50, &mut buf).unwrap(),
+            100
+        );
+        assert_eq!(buf, data[50..150]);
+        assert_eq!(Own(8).read_at(0, &mut buf).unwrap(), 0);
+        assert_eq!(Own(usize::MAX - 2).read_at(10, &mut buf).unwrap(), 0);
     }
 }
