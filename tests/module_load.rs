@@ -1239,3 +1239,111 @@ fn on_6_4_3_and_7_2_4_a_fat_binary_registered_at_start_gets_its_prefetch_fixed_o
         });
     }
 }
+
+/// Issue 40 item 2, a machine with an RX 5700 XT (gfx1010, node 1) and an RX 7900 (gfx1100,
+/// node 2: tests/fixtures/mixed, read by rmcp through RMCP_SYSFS_ROOT; no GPU is opened,
+/// the runtime finds none and the program's call fails as it does without rmcp): a program
+/// with gfx1030 and gfx1100 entries. With the override for node 1 alone
+/// (HSA_OVERRIDE_GFX_VERSION_1=10.3.0) the two GPUs would load different entries: the fat
+/// binary is handed on as it is, said once, counted in `fat_binaries_left`. With the
+/// override for both, both load the gfx1030 entry: a private copy of it is handed on.
+#[test]
+fn on_5_2_3_gpus_that_would_load_different_entries_leave_the_fat_binary_as_it_is() {
+    let (Some(_), Some(hipcc)) = (real_runtime(), hipcc()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("two.hip");
+    // gfx1100 has no s_inst_prefetch; -nogpulib: Debian's hipcc has no gfx1100 device
+    // library, which this kernel does not need.
+    let source = FATBIN_PROGRAM
+        .replace(
+            "  asm volatile(\"s_inst_prefetch 0x1\");\n",
+            "#if defined(__gfx1030__)\n  asm volatile(\"s_inst_prefetch 0x1\");\n#endif\n",
+        )
+        .replace("p[threadIdx.x]", "p[__builtin_amdgcn_workitem_id_x()]");
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.path().join("two_targets");
+    let out = Command::new(hipcc)
+        .args([
+            "--offload-arch=gfx1030",
+            "--offload-arch=gfx1100",
+            "-nogpulib",
+            "-O1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run hipcc");
+    assert!(
+        out.status.success(),
+        "hipcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats = dir.path().join("stats.json");
+    let run = |shim: bool, env: &[(&str, &str)]| -> Ran {
+        let _ = std::fs::remove_file(&stats);
+        let mut cmd = Command::new(&exe);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RMCP_") || k.starts_with("HSA_OVERRIDE_GFX_VERSION") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env_remove("LD_PRELOAD")
+            .env("RMCP_SYSFS_ROOT", fixture("mixed"))
+            .envs(env.iter().copied());
+        if shim {
+            cmd.env("LD_PRELOAD", shim_path())
+                .env("RMCP_STATS_FILE", &stats);
+        }
+        let out = output_within(&mut cmd, Duration::from_secs(120)).expect("the program");
+        Ran {
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            dump: Vec::new(),
+            stats: std::fs::read(&stats)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(serde_json::Value::Null),
+        }
+    };
+    let node1 = [("HSA_OVERRIDE_GFX_VERSION_1", "10.3.0")];
+    let none = run(false, &node1);
+    let with = run(true, &node1);
+    assert!(none.stdout.starts_with("attributes rc="), "{}", none.stderr);
+    assert_eq!(with.stdout, none.stdout, "{}", with.stderr);
+    assert_eq!(
+        (
+            override_count(&with, "fat_binaries"),
+            override_count(&with, "fat_binaries_left"),
+            override_count(&with, "fixed"),
+        ),
+        (0, 1, 0),
+        "{}",
+        with.stats
+    );
+    let said: Vec<&str> = with
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rmcp[") && l.contains("__hipRegisterFatBinary"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("would load different entries"),
+        "{said:?}"
+    );
+
+    let both = run(true, &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
+    assert_eq!(both.stdout, none.stdout, "{}", both.stderr);
+    assert_eq!(
+        (
+            override_count(&both, "fat_binaries"),
+            override_count(&both, "fat_binaries_left"),
+            override_count(&both, "fixed"),
+            override_count(&both, "instructions_fixed"),
+        ),
+        (1, 0, 1, 1),
+        "{}",
+        both.stats
+    );
+}
