@@ -15,7 +15,8 @@ pub const WRAPPER_MAGIC: u32 = 0x4849_5046;
 pub const WRAPPER_VERSION: u32 = 1;
 /// `{u32 magic, u32 version, const void *binary, void *dummy}` on x86-64.
 pub const WRAPPER_SIZE: usize = 24;
-/// Where a bundle puts its first code object: clang's `-bundle-align` for HIP.
+/// Where a bundle puts its first code object: clang's `-bundle-align` for HIP
+/// (`code_objects::write::bundle`'s).
 pub const ENTRY_ALIGN: usize = 4096;
 
 /// A `__CudaFatBinaryWrapper` the runtime accepts.
@@ -161,22 +162,67 @@ pub fn host_id(entries: &[co::Entry]) -> Option<&str> {
 /// A plain bundle holding one code object, `object` under `id`, after an empty host entry
 /// `host` when given (as clang lays bundles out: the object at [`ENTRY_ALIGN`]).
 pub fn single_entry_bundle(host: Option<&str>, id: &str, object: &[u8]) -> Vec<u8> {
-    let ids: Vec<&str> = host.into_iter().chain([id]).collect();
-    let table: usize = co::BUNDLE_MAGIC.len() + 8 + ids.iter().map(|i| 24 + i.len()).sum::<usize>();
-    let at = table.div_ceil(ENTRY_ALIGN) * ENTRY_ALIGN;
-    let mut out = Vec::with_capacity(at + object.len());
-    out.extend_from_slice(co::BUNDLE_MAGIC);
-    out.extend_from_slice(&(ids.len() as u64).to_le_bytes());
-    for (i, name) in ids.iter().enumerate() {
-        let size = if i + 1 == ids.len() { object.len() } else { 0 };
-        out.extend_from_slice(&(at as u64).to_le_bytes());
-        out.extend_from_slice(&(size as u64).to_le_bytes());
-        out.extend_from_slice(&(name.len() as u64).to_le_bytes());
-        out.extend_from_slice(name.as_bytes());
+    let entries: Vec<(&str, &[u8])> = host
+        .map(|h| (h, &b""[..]))
+        .into_iter()
+        .chain([(id, object)])
+        .collect();
+    co::write::bundle(&entries)
+}
+
+/// What a registered fat binary gives the GPUs of a machine ([`entry_to_load`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Loaded {
+    /// The entry every GPU that loads one loads: its code object, its target, its whole
+    /// ID, and the bundle's host entry ID (a plain bundle's, when it has one).
+    Entry {
+        object: Vec<u8>,
+        target: String,
+        id: String,
+        host: Option<String>,
+    },
+    /// No GPU loads any entry (or it is a bare code object, which is not a bundle).
+    Nothing,
+    /// GPUs would load different entries (a compressed bundle: GPUs of more than one
+    /// runtime ISA, whose entries are known only once its table is inflated).
+    Several,
+    /// A compressed bundle of version 1, which does not say its length.
+    CompressedUnsized,
+    /// Over the bound on the entry's size (or on the compressed bundle's).
+    TooBig(u64),
+    Bad(String),
+}
+
+/// The entry of the bundle at offset 0 of `r` that the runtime loads on GPUs of the
+/// runtime ISAs `isas` (`isa` among them: the one to read it for), as `pick` reads it: only
+/// the table and that entry of a plain bundle, a compressed one inflated up to the entry's
+/// end; no entry larger than `max_object`.
+pub fn entry_to_load<R: ReadAt + ?Sized>(r: &R, isas: &[Gfx], isa: Gfx, max_object: u64) -> Loaded {
+    let (len, host) = match extent(r, u64::MAX) {
+        Ok(Extent::Plain { len, entries }) => match common_pick(&entries, isas) {
+            Pick::One(_) => (len, host_id(&entries).map(str::to_string)),
+            Pick::Several => return Loaded::Several,
+            Pick::None => return Loaded::Nothing,
+        },
+        Ok(Extent::Compressed { .. }) if isas.len() > 1 => return Loaded::Several,
+        Ok(Extent::Compressed { len }) => (len, None),
+        Ok(Extent::CompressedUnsized) => return Loaded::CompressedUnsized,
+        Ok(Extent::TooBig(n)) => return Loaded::TooBig(n),
+        Err(e) => return Loaded::Bad(e),
+    };
+    match co::pick::read_object(r, 0, len, &co::Device::from_gfx(isa), isa, max_object) {
+        co::pick::Got::Object {
+            bytes, target, id, ..
+        } if !id.is_empty() => Loaded::Entry {
+            object: bytes,
+            target,
+            id,
+            host,
+        },
+        co::pick::Got::Object { .. } | co::pick::Got::Nothing => Loaded::Nothing,
+        co::pick::Got::TooBig(n) => Loaded::TooBig(n),
+        co::pick::Got::Bad(e) => Loaded::Bad(e),
     }
-    out.resize(at, 0);
-    out.extend_from_slice(object);
-    out
 }
 
 #[cfg(test)]
@@ -293,5 +339,67 @@ mod tests {
             Pick::One(e1030)
         );
         assert_eq!(common_pick(&entries, &[g("gfx1100")]), Pick::None);
+    }
+
+    #[test]
+    fn the_entry_to_load_from_plain_and_compressed_bundles() {
+        use crate::code_objects::{Method, write};
+        let g = |s: &str| Gfx::parse(s).unwrap();
+        let host = "host-x86_64-unknown-linux-gnu-";
+        let e1030 = b"\x7fELF the gfx1030 object".to_vec();
+        let e1100 = b"\x7fELF the gfx1100 object".to_vec();
+        let plain = write::bundle(&[
+            (host, &b""[..]),
+            ("hipv4-amdgcn-amd-amdhsa--gfx1030", &e1030),
+            ("hipv4-amdgcn-amd-amdhsa--gfx1100", &e1100),
+        ]);
+        let want = Loaded::Entry {
+            object: e1030.clone(),
+            target: "gfx1030".into(),
+            id: "hipv4-amdgcn-amd-amdhsa--gfx1030".into(),
+            host: Some(host.into()),
+        };
+        let isa = g("gfx1030");
+        assert_eq!(entry_to_load(plain.as_slice(), &[isa], isa, 1 << 20), want);
+        assert_eq!(
+            entry_to_load(plain.as_slice(), &[isa, g("gfx1100")], isa, 1 << 20),
+            Loaded::Several
+        );
+        assert_eq!(
+            entry_to_load(plain.as_slice(), &[isa], isa, 4),
+            Loaded::TooBig(e1030.len() as u64)
+        );
+        assert_eq!(
+            entry_to_load(plain.as_slice(), &[g("gfx906")], g("gfx906"), 1 << 20),
+            Loaded::Nothing
+        );
+        // Compressed (versions 2 and 3 say their size): the same entry, no host entry kept.
+        for (version, method) in [(2, Method::Zlib), (3, Method::Zstd)] {
+            let c = write::compressed(version, method, &plain);
+            let Loaded::Entry {
+                object, id, host, ..
+            } = entry_to_load(c.as_slice(), &[isa], isa, 1 << 20)
+            else {
+                panic!("version {version}: an entry");
+            };
+            assert_eq!((object, host), (e1030.clone(), None), "version {version}");
+            assert_eq!(id, "hipv4-amdgcn-amd-amdhsa--gfx1030");
+            assert_eq!(
+                entry_to_load(c.as_slice(), &[isa, g("gfx1100")], isa, 1 << 20),
+                Loaded::Several
+            );
+        }
+        let v1 = write::compressed(1, Method::Zlib, &plain);
+        assert_eq!(
+            entry_to_load(v1.as_slice(), &[isa], isa, 1 << 20),
+            Loaded::CompressedUnsized
+        );
+        assert!(matches!(
+            entry_to_load(&b"\x7fELF"[..], &[isa], isa, 1 << 20),
+            Loaded::Bad(_)
+        ));
+        // The one-entry bundle made of it is read back as the same entry.
+        let one = single_entry_bundle(Some(host), "hipv4-amdgcn-amd-amdhsa--gfx1030", &e1030);
+        assert_eq!(entry_to_load(one.as_slice(), &[isa], isa, 1 << 20), want);
     }
 }

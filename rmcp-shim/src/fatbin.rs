@@ -37,9 +37,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use rmcp_core::code_objects::{Device, ReadAt, pick};
+use rmcp_core::code_objects::ReadAt;
 use rmcp_core::config::{Mode, OverrideFixes};
-use rmcp_core::fatbin::{self, Extent, Pick, WRAPPER_SIZE, Wrapper};
+use rmcp_core::fatbin::{self, Loaded, WRAPPER_SIZE, Wrapper};
 use rmcp_core::gfx::Gfx;
 use rmcp_core::gfx101x;
 use rmcp_core::module_load::{LoadAction, override_action};
@@ -324,44 +324,24 @@ fn examine(data: usize, ret: usize) -> Outcome {
         .unwrap_or_default();
     isas.sort_by_key(|g| g.0);
     isas.dedup();
-    let (len, host) = // Only the picked entry of a plain bundle is read, whatever its length; a compressed one
-    // is read whole (up to the entry's end inflated), under `pick`'s bound.
-    match fatbin::extent(&mem, u64::MAX) {
-        Ok(Extent::Plain { len, entries }) => match fatbin::common_pick(&entries, &isas) {
-            Pick::One(_) => (len, fatbin::host_id(&entries).map(str::to_string)),
-            Pick::Several => return Outcome::Left(Left::Several),
-            Pick::None => return Outcome::Untouched,
-        },
-        Ok(Extent::Compressed { len }) => {
-            // Which entry each GPU loads is known only after inflating the table: one
-            // runtime ISA, or nothing is substituted.
-            if isas.len() > 1 {
-                return Outcome::Left(Left::Several);
-            }
-            (len, None)
-        }
-        Ok(Extent::CompressedUnsized) => return Outcome::Left(Left::CompressedUnsized),
-        Ok(Extent::TooBig(n)) => {
+    let (bytes, target, id, host) = match fatbin::entry_to_load(&mem, &isas, isa, MAX_OBJECT) {
+        Loaded::Entry {
+            object,
+            target,
+            id,
+            host,
+        } => (object, target, id, host),
+        Loaded::Nothing => return Outcome::Untouched,
+        Loaded::Several => return Outcome::Left(Left::Several),
+        Loaded::CompressedUnsized => return Outcome::Left(Left::CompressedUnsized),
+        Loaded::TooBig(n) => {
             return Outcome::Left(Left::Bound(format!(
-                "a bundle of {n} bytes: handed to the runtime as it is"
+                "an entry of {n} bytes, over rmcp's bound of {MAX_OBJECT} read per entry: \
+                 handed to the runtime as it is"
             )));
         }
-        Err(_) => return Outcome::Left(Left::Unreadable),
+        Loaded::Bad(_) => return Outcome::Left(Left::Unreadable),
     };
-    let (bytes, target, id) =
-        match pick::read_object(&mem, 0, len, &Device::from_gfx(isa), isa, MAX_OBJECT) {
-            pick::Got::Object {
-                bytes, target, id, ..
-            } if !id.is_empty() => (bytes, target, id),
-            pick::Got::TooBig(n) => {
-                return Outcome::Left(Left::Bound(format!(
-                    "an entry of {n} bytes, over rmcp's bound of {MAX_OBJECT} read per entry: \
-                 handed to the runtime as it is"
-                )));
-            }
-            pick::Got::Nothing => return Outcome::Untouched,
-            _ => return Outcome::Left(Left::Unreadable),
-        };
     SCANNED.fetch_add(bytes.len() as u64, Relaxed);
     if !may_hold_fixable(&bytes) {
         // Nothing to fix in place: the scan (which decodes every instruction) is spared.
