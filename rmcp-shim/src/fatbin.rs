@@ -386,6 +386,7 @@ fn examine(data: usize, ret: usize) -> Outcome {
                 };
                 let words: &'static [u64; 3] = Box::leak(Box::new(w.words()));
                 handed = Some(words.as_ptr() as usize);
+                crate::gfx101x::fixed_in_place(&bytes);
             }
             None => action = LoadAction::Forward,
         }

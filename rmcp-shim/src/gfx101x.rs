@@ -15,7 +15,8 @@
 //! at a fault that lists one, the library it came from is read then ([`scan_libraries`]):
 //! of each offload bundle in its `.hip_fatbin`, only the entry the runtime loads for the
 //! override's ISA (`code_objects::pick`), at most [`FAULT_BYTES`] of code objects and
-//! [`FAULT_TIME`] per fault, each library once per process.
+//! [`FAULT_TIME`] per fault, each library once per process; an entry the runtime was handed
+//! fixed in place (`fatbin`) is scanned as fixed, as the GPU got it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -111,9 +112,41 @@ fn scan_library(path: &str, card: Gfx, isa: Gfx, started: std::time::Instant, bu
             pick::read_object(&f, b.offset, end, &dev, isa, *budget)
         {
             *budget = budget.saturating_sub(bytes.len() as u64);
-            scan_loaded(card, &bytes);
+            // The code the GPU got: the runtime was handed it fixed in place (`fatbin`).
+            let fixed = was_fixed(&bytes)
+                .then(|| gfx101x::in_place_fixes(&bytes, card).ok())
+                .flatten()
+                .and_then(|found| gfx101x::apply(&bytes, &found.fixes));
+            scan_loaded(card, fixed.as_deref().unwrap_or(&bytes));
         }
     }
+}
+
+/// The code objects of fat binaries the runtime was handed fixed in place (`fatbin`), by
+/// the length and hash of their bytes as the library has them: a fault that reads one from
+/// its library scans it as the GPU got it. At most [`MAX_KERNELS`] kept.
+static FIXED: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+fn content_key(object: &[u8]) -> (usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    object.hash(&mut h);
+    (object.len(), h.finish())
+}
+
+/// `original` (a fat binary's entry) was handed to the runtime with its in-place fixes.
+pub(crate) fn fixed_in_place(original: &[u8]) {
+    let key = content_key(original);
+    if let Ok(mut fixed) = FIXED.try_lock() {
+        if fixed.len() < MAX_KERNELS && !fixed.contains(&key) {
+            fixed.push(key);
+        }
+    }
+}
+
+fn was_fixed(object: &[u8]) -> bool {
+    let key = content_key(object);
+    FIXED.try_lock().is_ok_and(|f| f.contains(&key))
 }
 
 /// Scans a loaded image for `card` and keeps its kernels' sites.
