@@ -96,10 +96,10 @@ impl ReadAt for Own {
     }
 }
 
-/// Whether the environment holds `HSA_OVERRIDE_GFX_VERSION` or a per-node form of it. Read
-/// at each registration: a program may set it before it loads its HIP libraries (Python's
+/// Whether the environment holds `HSA_OVERRIDE_GFX_VERSION` or a per-node form of it, read
+/// without allocating (this runs for every fat binary of every HIP process) and at each
+/// registration: a program may set it before it loads its HIP libraries (Python's
 /// `os.environ` before `import torch`).
-/// Without allocating: this runs for every fat binary of every HIP process.
 fn override_in_environment() -> bool {
     unsafe extern "C" {
         static environ: *const *const std::ffi::c_char;
