@@ -33,6 +33,7 @@ trap 'rm -rf "$WORK"' EXIT
 REPT=$((MIB * 1024 * 1024 / 4 / 8))
 echo "building: 8 kernels of $REPT instructions for gfx1030, gfx1010 and gfx906 ..." >&2
 for v in "" -DNO_PREFETCH; do
+    # shellcheck disable=SC2086 # an empty $v is no argument
     hipcc -DREPT=$REPT $v --offload-arch=gfx1030 --offload-arch=gfx1010 --offload-arch=gfx906 \
         -O1 -o "$WORK/fatbin_startup$v" benches/fatbin_startup.hip
 done
