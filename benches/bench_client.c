@@ -12,7 +12,8 @@
  * calling the kernel, so what is timed is the call path (the shim's, if preloaded).
  *
  * Modes (FUNC: hipHostMalloc, hipExtMallocWithFlags, hipMalloc, hipLaunchKernel (a launch
- * the fake runtime answers at once) or hipHostMallocPair (hipHostMalloc then hipHostFree of
+ * the fake runtime answers at once), hipStreamSynchronize (on the null stream, answered at
+ * once: a synchronize that returns in time) or hipHostMallocPair (hipHostMalloc then hipHostFree of
  * what it returned: run it with FAKEHIP_PATTERN=mod4, under which the fake runtime answers
  * size 0 with a fixed non-null address, so that the shim records the allocation, and its
  * free with success, neither allocating nor locking); FLAGS: C integer):
@@ -52,11 +53,12 @@ typedef struct { unsigned x, y, z; } dim3;
 hipError_t hipLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shared,
                            void *stream);
 hipError_t hipHostFree(void *p);
+hipError_t hipStreamSynchronize(void *stream);
 void __hipRegisterFunction(void **modules, const void *stub, char *device_function,
                            const char *name, unsigned thread_limit, void *tid, void *bid,
                            void *block_dim, void *grid_dim, int *wsize);
 
-enum func { F_HOST_MALLOC, F_EXT_MALLOC, F_MALLOC, F_LAUNCH, F_PAIR };
+enum func { F_HOST_MALLOC, F_EXT_MALLOC, F_MALLOC, F_LAUNCH, F_PAIR, F_SYNC };
 
 /* The "kernel" launched: its stub's address is all a launch passes on. */
 static void stub(void) {}
@@ -89,6 +91,8 @@ static int parse_func(const char *s, enum func *out)
         *out = F_LAUNCH;
     else if (strcmp(s, "hipHostMallocPair") == 0)
         *out = F_PAIR;
+    else if (strcmp(s, "hipStreamSynchronize") == 0)
+        *out = F_SYNC;
     else
         return -1;
     return 0;
@@ -102,6 +106,7 @@ static int call_once(enum func f, unsigned flags)
     case F_EXT_MALLOC: return hipExtMallocWithFlags(&p, 0, flags);
     case F_MALLOC: return hipMalloc(&p, 0);
     case F_LAUNCH: return LAUNCH();
+    case F_SYNC: return hipStreamSynchronize(NULL);
     case F_PAIR: {
         int rc = hipHostMalloc(&p, 0, flags);
         return rc != 0 ? rc : hipHostFree(p);
@@ -138,6 +143,10 @@ static long run_batch(enum func f, unsigned flags, long n)
             failed += hipHostMalloc(&p, 0, flags) != 0;
             failed += hipHostFree(p) != 0;
         }
+        break;
+    case F_SYNC:
+        for (long i = 0; i < n; i++)
+            failed += hipStreamSynchronize(NULL) != 0;
         break;
     }
     return failed;

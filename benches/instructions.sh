@@ -20,11 +20,12 @@ shim=${RMCP_BENCH_SHIM:-$PWD/target/release/librmcp_shim.so}
 [ -f "$shim" ] || shim=$PWD/target/release/deps/librmcp_shim.so
 
 PATTERN=
+HANG=
 run() { # preload fixture mode args...
     pre=$1 fx=$2 mode=$3
     shift 3
     if [ -n "$pre" ]; then set -- LD_PRELOAD="$pre" "$@"; fi
-    env "$@" ${PATTERN:+FAKEHIP_PATTERN=$PATTERN} LD_LIBRARY_PATH="$fake" \
+    env "$@" ${PATTERN:+FAKEHIP_PATTERN=$PATTERN} ${HANG:+RMCP_HANG_AFTER=$HANG} LD_LIBRARY_PATH="$fake" \
         RMCP_SYSFS_ROOT="tests/fixtures/$fx" RMCP_MODE="$mode" \
         valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bench" $ARGS 2>&1 |
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
@@ -42,6 +43,12 @@ per_call "hipExtMallocWithFlags(Finegrained), rewritten (auto, rdna1)" rdna1 aut
 per_call "hipMalloc, counted only (auto, rdna1)" rdna1 auto hipMalloc 0
 per_call "hipLaunchKernel, recorded in the launch ring (auto, rdna1)" rdna1 auto hipLaunchKernel 0
 per_call "hipHostMalloc(0), mode off" rdna1 off hipHostMalloc 0
+# A synchronize that returns in time, with the stall watchdog on (RMCP_HANG_AFTER's default:
+# two stores to the thread's own mark, and a thread that sleeps) and off.
+per_call "hipStreamSynchronize, returns at once, watchdog on (default)" rdna1 auto hipStreamSynchronize 0
+HANG=off
+per_call "hipStreamSynchronize, returns at once, RMCP_HANG_AFTER=off" rdna1 auto hipStreamSynchronize 0
+HANG=
 # Under the pattern the fake runtime answers size 0 with a non-null address: the allocation
 # is recorded (allocation ring), and hipHostFree of it answers at once.
 PATTERN=mod4

@@ -23,7 +23,8 @@
 //! * `RMCP_EMUGPU_LIB` (tests/emulated-gpu/emugpu.c and the files beside it, the emulated
 //!   GPU; empty when the headers it needs are missing, `RMCP_EMUGPU_LIB_WHY` then says why) and
 //!   `RMCP_EMU_PROBE_5/6/7` (tests/emulated-gpu/emu_probe.c), `RMCP_MODULE_LOAD_5/7/DL`
-//!   (tests/emulated-gpu/module_load.c): see `emulated_gpu`.
+//!   (tests/emulated-gpu/module_load.c), `RMCP_MIOPEN_CONV` (tests/emulated-gpu/miopen_conv.c):
+//!   see `emulated_gpu`.
 //!
 //! The compiler is `$CC` (which may carry arguments, e.g. "ccache cc") or `cc`.
 
@@ -296,6 +297,21 @@ fn emulated_gpu(cc: &Compiler, root_dir: &Path, out: &Path) {
         ],
     );
     println!("cargo:rustc-env=RMCP_MODULE_LOAD_DL={}", exe.display());
+    // tests/emulated-gpu/miopen_conv.c: real MIOpen through dlopen, no headers, linked to no
+    // runtime (MIOpen brings its own).
+    const MIOPEN_SRC: &str = "tests/emulated-gpu/miopen_conv.c";
+    rerun_if_changed(MIOPEN_SRC);
+    let exe = out.join("miopen_conv");
+    cc.run(
+        "miopen_conv",
+        &[
+            "-o".into(),
+            exe.display().to_string(),
+            root_dir.join(MIOPEN_SRC).display().to_string(),
+            "-ldl".into(),
+        ],
+    );
+    println!("cargo:rustc-env=RMCP_MIOPEN_CONV={}", exe.display());
 }
 
 /// The loading shapes of issue 22 (rmcp-shim/tests/never_worse.rs):

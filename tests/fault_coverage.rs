@@ -578,7 +578,8 @@ fn real_llama_cpp_faulting_in_its_model_upload_is_explained_on_6_4_3() {
 
 /// Real llama.cpp faulting in the middle of its run (the 61st kernel dispatch, past the
 /// upload, in ggml's own kernels): the block names the buffer ggml made, from the backend
-/// ggml dlopened, and ggml's kernels by name, launched through hipLaunchKernel.
+/// ggml dlopened, the ggml kernel the GPU was running (from its queue, issue 41), and ggml's
+/// recent launches by name, through hipLaunchKernel, as context.
 #[test]
 fn real_llama_cpp_faulting_in_its_kernels_names_them_on_6_4_3() {
     let Some((stage, model)) = llama_staged() else {
@@ -594,13 +595,85 @@ fn real_llama_cpp_faulting_in_its_kernels_names_them_on_6_4_3() {
         block.contains("  made by hip") && block.contains(&format!(" from {ggml}; ")),
         "{ctx}"
     );
-    assert!(block.contains("kernels launched last"), "{ctx}");
+    assert!(block.contains("  running when it faulted ("), "{ctx}");
+    assert!(
+        running_from(&block, ggml),
+        "ggml's kernel named as running\n{ctx}"
+    );
+    assert!(block.contains("  recent launches, as context ("), "{ctx}");
     assert!(
         block
             .lines()
             .any(|l| l.contains(&format!(" in {ggml} via hipLaunchKernel (thread "))),
         "{ctx}"
     );
+}
+
+/// Whether a block names a dispatch from `library` as one a queue is running.
+fn running_from(block: &str, library: &str) -> bool {
+    block
+        .lines()
+        .any(|l| l.contains("    queue ") && l.contains(&format!(" from {library}, grid ")))
+}
+
+/// rmcp's lines from the first containing `first` to the first that is not rmcp's.
+fn rmcp_block(stderr: &str, first: &str) -> String {
+    stderr
+        .lines()
+        .skip_while(|l| !l.contains(first))
+        .take_while(|l| l.starts_with("rmcp["))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Issue 41: real llama.cpp hanging in the middle of its run (ggml's 61st dispatch never
+/// completes; the driver resets the GPU 4 s later, EMUGPU_RESET_AFTER): with
+/// RMCP_HANG_AFTER=1, the stall block names the ggml kernel the GPU is on, from the backend
+/// ggml dlopened, while llama.cpp waits; at the reset, rmcp's block names it again before
+/// ROCr's "HW Exception ... reason :GPU Hang"; the run ends as it does without rmcp.
+#[test]
+fn real_llama_cpp_hanging_in_its_kernels_names_the_one_running_on_6_4_3() {
+    let Some((stage, model)) = llama_staged() else {
+        return;
+    };
+    let env = [
+        "EMUGPU_FAULT=hang",
+        "EMUGPU_FAULT_AFTER=60",
+        "EMUGPU_RESET_AFTER=4",
+        "RMCP_HANG_AFTER=1",
+    ]
+    .map(String::from);
+    let (without, _) = stage.run(false, &env, &llama_args(&model));
+    let (with, log) = stage.run(true, &env, &llama_args(&model));
+    let (e0, e1) = (text(&without.stderr), text(&with.stderr));
+    let ctx = format!(
+        "--- without {:?}\n{e0}\n--- with {:?}\n{e1}",
+        without.status, with.status
+    );
+    assert!(log.contains("\"fault\":\"hang\""), "no hang\n{ctx}");
+    assert!(e0.contains("HW Exception by GPU node-1"), "{ctx}");
+    assert_same_ending(&without, &with, &ctx);
+    let ggml = "/usr/lib/x86_64-linux-gnu/ggml/backends0/libggml-hip.so";
+    let stall = rmcp_block(&e1, "GPU wait: a synchronizing call has waited");
+    assert!(
+        running_from(&stall, ggml),
+        "the stall block names ggml's kernel\n{ctx}"
+    );
+    let reset = rmcp_block(&e1, "GPU reset on GPU node-1: the GPU hung");
+    assert!(
+        reset.contains("  running when the GPU was reset ("),
+        "{ctx}"
+    );
+    assert!(
+        running_from(&reset, ggml),
+        "the reset's block names ggml's kernel\n{ctx}"
+    );
+    let (at_reset, at_rocr) = (
+        e1.find("GPU reset on GPU node-1").unwrap(),
+        e1.find("HW Exception by GPU node-1")
+            .unwrap_or_else(|| panic!("{ctx}")),
+    );
+    assert!(at_reset < at_rocr, "{ctx}");
 }
 
 /// The same llama.cpp run without a fault: the same tokens and the same messages with rmcp

@@ -155,6 +155,35 @@ choices! {
     }
 }
 
+/// RMCP_HANG_AFTER: seconds a synchronizing call may wait before the stall block, or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HangAfter(pub Option<u32>);
+
+impl HangAfter {
+    /// The default: amdgpu's compute job timeout before linux 6.x made it 10 s for kernel
+    /// queues (`amdgpu_device_get_job_timeout_settings`: "60000 for compute jobs"), the
+    /// longest a compute job has ever been allowed to run before the driver called it hung;
+    /// the KFD user queues HIP uses have no timeout at all. A wait this long is worth one
+    /// block; it is said as "still running", never as a verdict.
+    pub const DEFAULT: HangAfter = HangAfter(Some(60));
+    /// The longest threshold accepted (a day).
+    pub const MAX: u32 = 86_400;
+}
+
+impl Value for HangAfter {
+    const ACCEPTED: &'static str = "seconds (1-86400), off, 0";
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "off" | "0" => Some(HangAfter(None)),
+            t => t
+                .parse::<u32>()
+                .ok()
+                .filter(|s| (1..=HangAfter::MAX).contains(s))
+                .map(|s| HangAfter(Some(s))),
+        }
+    }
+}
+
 /// RMCP_STATS, RMCP_HOOK_DLSYM: `0` or `1`.
 impl Value for bool {
     const ACCEPTED: &'static str = "0, 1";
@@ -295,6 +324,8 @@ config! {
     override_fixes: OverrideFixes = "RMCP_OVERRIDE_FIXES", default OverrideFixes::Fix,
         shown "fix",
         help "On a gfx1010-gfx1013 GPU that `HSA_OVERRIDE_GFX_VERSION` makes run gfx103x code, a module loaded from memory (`hipModuleLoadData`, `hipModuleLoadDataEx`), or a fat binary registered at start-up (`__hipRegisterFatBinary`: only the entry the runtime loads, bounded in bytes and time), whose gfx103x code holds `s_inst_prefetch` (gfx101x hangs on it) or an `s_clause` around an NSA image instruction: `fix` hands the runtime a private copy with `s_nop 0` in those words (same size, no result changed: docs/design.md), `warn` loads the original and says what a fix would change, `off` reads nothing and does nothing. Said once per process with what was fixed and what cannot be fixed in place, and when a bound is hit; `RMCP_MODE=off` also leaves images alone; `dry-run` warns.";
+    hang_after: HangAfter = "RMCP_HANG_AFTER", default HangAfter::DEFAULT, shown "60",
+        help "A synchronizing call (`hipDeviceSynchronize`, `hipStreamSynchronize`, `hipEventSynchronize`, a blocking `hipMemcpy`) that has waited this many seconds gets one block through the shim's log: the dispatch each queue is on and since when, the threads waiting, and once more a line when the wait ends. Nothing is stopped or signalled; `off` (or `0`) starts no watchdog. The default is amdgpu's old compute job timeout (docs/design.md).";
     quirks: Quirks = "RMCP_QUIRKS", default Quirks::On, shown "on",
         help "`on`: `rmcp run`, the container entrypoint and `rmcp_rdna.enable()` set `AMDGCN_USE_BUFFER_OPS=0` (and a separate `TORCHINDUCTOR_CACHE_DIR`) for programs on a machine with an RX 5000 (gfx1010-gfx1013), unless already set; `off`: they set neither.";
 }
@@ -609,6 +640,24 @@ mod tests {
             }
             assert_eq!(c, Config::default(), "{}={}", v.name, v.default);
         }
+    }
+
+    #[test]
+    fn hang_after_is_seconds_or_off() {
+        let table: [(&str, Option<HangAfter>); 8] = [
+            ("60", Some(HangAfter(Some(60)))),
+            (" 5 ", Some(HangAfter(Some(5)))),
+            ("off", Some(HangAfter(None))),
+            ("0", Some(HangAfter(None))),
+            ("86400", Some(HangAfter(Some(86_400)))),
+            ("86401", None),
+            ("-1", None),
+            ("1.5", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(HangAfter::parse(text), want, "{text:?}");
+        }
+        assert_eq!(Config::defaults().hang_after, HangAfter(Some(60)));
     }
 
     #[test]

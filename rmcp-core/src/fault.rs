@@ -64,6 +64,15 @@ pub enum What {
     VmFault { reasons: u32 },
     /// A queue's error callback: its `hsa_status_t`.
     QueueError { status: u32 },
+    /// ROCr's `HSA_AMD_GPU_HW_EXCEPTION_EVENT`: the driver reset the GPU
+    /// (`hsa_amd_hw_exception_reset_cause_t`: 1 a GPU hang, 2 an ECC error).
+    HwException { cause: u32 },
+}
+
+/// `hsa_amd_hw_exception_reset_cause_t` (hsa_ext_amd.h).
+pub mod hw_exception {
+    pub const GPU_HANG: u32 = 1 << 0;
+    pub const ECC: u32 = 1 << 1;
 }
 
 /// The GPU it happened on.
@@ -145,7 +154,10 @@ pub struct Fault {
     pub address: Option<u64>,
     pub gpu: Gpu,
     pub place: Place,
-    /// Newest first within each thread, threads interleaved (`Kernel`).
+    /// Each queue rmcp saw created, with the packet at its read index (the dispatch running,
+    /// [`crate::dispatch`]).
+    pub running: Vec<crate::dispatch::Running>,
+    /// Newest first within each thread, threads interleaved (`Kernel`): context.
     pub kernels: Vec<Kernel>,
     /// Launches recorded in all (how many the ring saw, beyond those listed).
     pub launches_total: u64,
@@ -212,6 +224,15 @@ pub fn reasons(mask: u32) -> Vec<&'static str> {
         out.push("no reason given");
     }
     out
+}
+
+/// A hardware exception's cause in words (ROCr prints "GPU Hang" or "ECC").
+pub fn hw_exception_cause(cause: u32) -> &'static str {
+    if cause & hw_exception::ECC != 0 {
+        "an uncorrectable ECC memory error (ROCr: ECC)"
+    } else {
+        "the GPU hung and the driver reset it (ROCr: GPU Hang)"
+    }
 }
 
 /// A queue error in words: ROCr's status name and what it usually means.
@@ -393,6 +414,13 @@ pub fn render(f: &Fault) -> Vec<String> {
             ));
             out.push(format!("  meaning: {meaning}"));
         }
+        What::HwException { cause } => {
+            out.push(format!(
+                "GPU reset on GPU {node}: {}; what rmcp knows of it (the runtime's own report, \
+                 if any, follows):",
+                hw_exception_cause(cause)
+            ));
+        }
     }
 
     // The GPU.
@@ -474,6 +502,15 @@ pub fn render(f: &Fault) -> Vec<String> {
         }
     }
 
+    // The dispatch each queue was on.
+    let when = match f.what {
+        What::HwException { .. } => "when the GPU was reset",
+        What::QueueError { .. } => "when the queue stopped",
+        What::VmFault { .. } => "when it faulted",
+    };
+    out.extend(crate::dispatch::running_lines(&f.running, when));
+    let running_known = f.running.iter().any(|r| r.busy());
+
     // The kernels.
     if f.kernels.is_empty() {
         out.push(if f.launches_total == 0 {
@@ -488,8 +525,12 @@ pub fn render(f: &Fault) -> Vec<String> {
         // The shim keeps each thread's launches in order, not the order across threads.
         let several_threads = f.kernels.iter().any(|k| k.thread != f.kernels[0].thread);
         out.push(format!(
-            "  kernels launched last{} (newest first{}; the faulting one is among those still \
-             in flight, not necessarily the newest; {} launch{} in all):",
+            "  {}{} (newest first{}; {}; {} launch{} in all):",
+            if running_known {
+                "recent launches, as context"
+            } else {
+                "kernels launched last"
+            },
             if f.several_gpus {
                 " in this process, on any of its GPUs"
             } else {
@@ -499,6 +540,11 @@ pub fn render(f: &Fault) -> Vec<String> {
                 " per thread, threads interleaved"
             } else {
                 ""
+            },
+            if running_known {
+                "what the GPU was running is above"
+            } else {
+                "the faulting one is among those still in flight, not necessarily the newest"
             },
             f.launches_total,
             if f.launches_total == 1 { "" } else { "es" }
@@ -590,6 +636,7 @@ mod tests {
                 pcie_atomics: Some(PcieAtomics::Supported),
             },
             place: Place::Outside,
+            running: vec![],
             kernels: vec![],
             launches_total: 0,
             graph_kernels: vec![],
@@ -604,6 +651,69 @@ mod tests {
 
     fn text(f: &Fault) -> String {
         render(f).join("\n")
+    }
+
+    #[test]
+    fn a_reset_names_the_dispatch_each_queue_was_on_and_the_launches_become_context() {
+        use crate::dispatch::{Dispatch, Packet, Running};
+        let mut f = base();
+        f.what = What::HwException {
+            cause: hw_exception::GPU_HANG,
+        };
+        f.address = None;
+        f.place = Place::NoAddress;
+        f.kernels = vec![Kernel {
+            name: Some("_Z5otherPi".into()),
+            library: Some("the program".into()),
+            via: "hipLaunchKernel",
+            thread: 7,
+        }];
+        f.launches_total = 3;
+        let text_before = text(&f);
+        assert!(text_before.starts_with(
+            "GPU reset on GPU node-1: the GPU hung and the driver reset it (ROCr: GPU Hang); what \
+             rmcp knows of it"
+        ));
+        assert!(text_before.contains("  running when the GPU was reset: unknown (rmcp saw no queue created in this process)"), "{text_before}");
+        assert!(
+            text_before
+                .contains("  kernels launched last (newest first; the faulting one is among"),
+            "{text_before}"
+        );
+        let idle = Running {
+            queue: 0,
+            node: Some(1),
+            read: 4,
+            write: 4,
+            ..Running::default()
+        };
+        let busy = Running {
+            queue: 1,
+            node: Some(1),
+            read: 2,
+            write: 5,
+            packet: Some(Packet::Dispatch(Dispatch {
+                kernel_object: 0x1000,
+                ..Dispatch::default()
+            })),
+            name: Some("_Z4spinPi".into()),
+            from: Some("the program".into()),
+            seen_for: None,
+            advice: Vec::new(),
+        };
+        f.running = vec![idle, busy];
+        let t = text(&f);
+        assert!(t.contains("  running when the GPU was reset (each busy queue's packet at its read index: the one the GPU was on):\n    queue 1 (GPU node-1), packet 2 of 5: _Z4spinPi from the program"), "{t}");
+        assert!(!t.contains("queue 0"), "an idle queue is not listed\n{t}");
+        assert!(t.contains("  recent launches, as context (newest first; what the GPU was running is above; 3 launches in all):\n    _Z5otherPi"), "{t}");
+        f.what = What::HwException {
+            cause: hw_exception::ECC,
+        };
+        assert!(text(&f).starts_with("GPU reset on GPU node-1: an uncorrectable ECC memory error"));
+        f.what = What::VmFault {
+            reasons: reason::PAGE_NOT_PRESENT,
+        };
+        assert!(text(&f).contains("  running when it faulted ("));
     }
 
     #[test]

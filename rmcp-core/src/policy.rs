@@ -188,6 +188,13 @@ pub fn decide(hook: Hook, flags: u32, rules: &Rules, facts: &impl Facts) -> Deci
         | Hook::HipModuleLoadDataEx
         | Hook::HipModuleLoad
         | Hook::HipModuleUnload
+        // Not allocations: calls that wait for the GPU (the watchdog's), forwarded as they are.
+        | Hook::HipDeviceSynchronize
+        | Hook::HipStreamSynchronize
+        | Hook::HipStreamSynchronizeSpt
+        | Hook::HipEventSynchronize
+        | Hook::HipMemcpy
+        | Hook::HipMemcpyDtoH
         // Counted (host locations too: `host_location`), never changed.
         | Hook::HipMemCreate => None,
     };

@@ -24,7 +24,8 @@ macro_rules! registry {
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
         $(, loads file $fname:ident)?
-        $(, unloads module $umodule:ident)? ;
+        $(, unloads module $umodule:ident)?
+        $(, waits $wait:ident)? ;
     )*) => {
         /// A hooked HIP entry point. The discriminant indexes per-hook tables (stats,
         /// warnings).
@@ -143,7 +144,7 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Hook::COUNT);
-        assert_eq!(Hook::COUNT, 19);
+        assert_eq!(Hook::COUNT, 25);
     }
 
     #[test]

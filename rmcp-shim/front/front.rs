@@ -106,7 +106,8 @@ macro_rules! front_hooks {
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
         $(, loads file $fname:ident)?
-        $(, unloads module $umodule:ident)? ;
+        $(, unloads module $umodule:ident)?
+        $(, waits $wait:ident)? ;
     )*]
     $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
         front_hooks! { @all

@@ -1,7 +1,8 @@
 //! The HIP runtime copies the process's calls reach: each one's own functions, its version
 //! and its devices, which belong to the copy they came from (two copies may be different
 //! ROCm releases), and what the fault handler needs later without asking the loader (its
-//! ROCr's functions, its segments, where its `hsa_queue_create` calls go). Found when a binding first leads to them, kept in a fixed lock-free
+//! ROCr's functions, its segments, where its `hsa_queue_create` and `hsa_executable_freeze`
+//! calls go). Found when a binding first leads to them, kept in a fixed lock-free
 //! table. Each fact is asked once, by the first thread that needs it; another thread waits
 //! for the answer at most `PATIENCE` and then forwards its call unchanged, because a
 //! runtime query can take the loader's lock, which the waiting thread might hold.
@@ -57,6 +58,8 @@ pub(crate) struct Copy {
     /// after the shim in the global scope, else the one in its own tree; 0: none found):
     /// where `observed` sends them without asking the loader inside the runtime's locks.
     pub(crate) queue_create: usize,
+    /// The same for its calls of `hsa_executable_freeze` (`kernel_objects`).
+    pub(crate) executable_freeze: usize,
 }
 
 /// The ROCr functions the fault handler uses, as the runtime copy's own dependency tree
@@ -69,6 +72,10 @@ pub(crate) struct RocrApi {
     pub(crate) pointer_info: usize,
     /// `hsa_agent_get_info`.
     pub(crate) agent_info: usize,
+    /// `hsa_executable_iterate_symbols` (`kernel_objects`).
+    pub(crate) iterate_symbols: usize,
+    /// `hsa_executable_symbol_get_info`.
+    pub(crate) symbol_info: usize,
 }
 
 /// The devices of a copy and what they mean on a machine whose GPUs are partly affected.
@@ -163,18 +170,25 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
             register: find(c"hsa_amd_register_system_event_handler") as usize,
             pointer_info: find(c"hsa_amd_pointer_info") as usize,
             agent_info: find(c"hsa_agent_get_info") as usize,
+            iterate_symbols: find(c"hsa_executable_iterate_symbols") as usize,
+            symbol_info: find(c"hsa_executable_symbol_get_info") as usize,
         };
-        let own = crate::front::observed_export(rmcp_core::registry::Observed::HsaQueueCreate);
-        let global = crate::front::next(c"hsa_queue_create".as_ptr()) as usize;
-        let queue_create = match global {
-            0 => Some(find(c"hsa_queue_create") as usize).filter(|&p| p != own),
-            p => Some(p),
-        }
-        .unwrap_or(0);
-        (api, rocr, queue_create)
+        // Where the copy's own calls of an observed ROCr function go without the shim.
+        let next = |o: rmcp_core::registry::Observed, name: &std::ffi::CStr| {
+            let own = crate::front::observed_export(o);
+            match crate::front::next(name.as_ptr()) as usize {
+                0 => Some(find(name) as usize).filter(|&p| p != own),
+                p => Some(p),
+            }
+            .unwrap_or(0)
+        };
+        use rmcp_core::registry::Observed::{HsaExecutableFreeze, HsaQueueCreate};
+        let queue_create = next(HsaQueueCreate, c"hsa_queue_create");
+        let executable_freeze = next(HsaExecutableFreeze, c"hsa_executable_freeze");
+        (api, rocr, queue_create, executable_freeze)
     })
     .unwrap_or_default();
-    let (api, rocr, queue_create) = api;
+    let (api, rocr, queue_create, executable_freeze) = api;
     // The loader's walk, unless the loader must not be asked (a fork child of a parent
     // inside dlopen: `with_handle` answered None above for the same reason).
     let segments = if crate::front::loader_inconsistent() {
@@ -204,6 +218,7 @@ fn new_copy(object: &LoadedObject, generation: u64) -> Copy {
         rocr,
         segments,
         queue_create,
+        executable_freeze,
     }
 }
 

@@ -46,7 +46,8 @@ macro_rules! labels {
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
         $(, loads file $fname:ident)?
-        $(, unloads module $umodule:ident)? ;
+        $(, unloads module $umodule:ident)?
+        $(, waits $wait:ident)? ;
     )*) => {
         mod entries {
             unsafe extern "C" {

@@ -97,6 +97,46 @@ macro_rules! forward {
     };
 }
 
+/// Before `hipModuleLoad(.., fname)` is forwarded: the file is the origin of what it loads.
+fn loading_file(fname: *const std::ffi::c_char) -> u32 {
+    std::panic::catch_unwind(|| {
+        if fname.is_null() {
+            return crate::thread::with(|t| t.loading());
+        }
+        // SAFETY: the caller's path argument, NUL-terminated (the runtime reads it so).
+        let path = unsafe { std::ffi::CStr::from_ptr(fname) };
+        crate::kernel_objects::loading(crate::kernel_objects::Origin {
+            path: path.to_string_lossy().into_owned(),
+            in_memory: false,
+        })
+    })
+    .unwrap_or(0)
+}
+
+/// Before a module load from memory is forwarded: the caller's library is the origin.
+fn loading_image<const COPY: bool>(_image: *const std::ffi::c_void, ret: usize) -> u32 {
+    std::panic::catch_unwind(|| {
+        let caller = match Caller::of::<COPY>(ret) {
+            Caller::At(ret) | Caller::Copy { ret, .. } => ret,
+        };
+        let path = rmcp_sys::locate::object_of(caller).map_or_else(
+            || "an unknown caller".to_string(),
+            |(_, p)| {
+                if p.is_empty() {
+                    "the program".into()
+                } else {
+                    p
+                }
+            },
+        );
+        crate::kernel_objects::loading(crate::kernel_objects::Origin {
+            path,
+            in_memory: true,
+        })
+    })
+    .unwrap_or(0)
+}
+
 /// The hook entries, their bodies and `entry`, from the table's rows.
 macro_rules! exports {
     ($(
@@ -107,7 +147,8 @@ macro_rules! exports {
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
         $(, loads file $fname:ident)?
-        $(, unloads module $umodule:ident)? ;
+        $(, unloads module $umodule:ident)?
+        $(, waits $wait:ident)? ;
     )*) => {
         // Every argument of every hook travels in an integer register.
         const _: () = { $( $( integer_register::<$ty>(); )* )* };
@@ -164,7 +205,16 @@ macro_rules! exports {
                 #[inline(always)]
                 pub(super) unsafe fn $name<const COPY: bool>($($arg: $ty,)* ret: usize) -> HipError {
                     let call = Call { hook: Hook::$variant, out: $out, size: $size, flags: $flags, ret };
+                    // A call that waits for the GPU is marked as waiting while it is forwarded
+                    // (two plain stores; `watchdog`).
+                    $( let _ = stringify!($wait); let waiting = crate::watchdog::begin(Hook::$variant); )?
+                    // A module load: the kernels it loads are kept with where they came from.
+                    $( let origin = loading_file($fname); )?
+                    $( let origin = loading_image::<COPY>($image, ret); )?
                     let rc = forward!(COPY, call, $name, [$($arg),*] $(, image $image)?);
+                    $( let _ = $fname; crate::kernel_objects::loaded(origin); )?
+                    $( let _ = $image; crate::kernel_objects::loaded(origin); )?
+                    $( let _ = stringify!($wait); crate::watchdog::end(waiting); )?
                     // Bookkeeping after the call: a panic there (a log line that cannot be
                     // written) must not cross into the caller.
                     $( if rc == error::SUCCESS {

@@ -11,7 +11,7 @@
 //! - the call goes on to the function the caller would have reached (`observed`'s
 //!   `target`), with every register as the caller left it but `rdi`, which is the caller's
 //!   unless a private copy was made; the runtime's answer goes straight to the caller;
-//! - the caller's wrapper and bundle are only read (through `own_memory::read_own`: an
+//! - the caller's wrapper and bundle are only read (through `own_memory::read`: an
 //!   unmapped byte is an error, never a fault), never written; anything unexpected (another
 //!   magic or version, a malformed bundle, a panic) hands the caller's `data` on;
 //! - where GPUs would load different entries of the bundle, nothing is substituted (said
@@ -80,14 +80,14 @@ impl ReadAt for Own {
         else {
             return Ok(0);
         };
-        if crate::own_memory::read_own(at, buf) {
+        if crate::own_memory::read(at, buf) {
             return Ok(buf.len());
         }
         // Up to the end of the page that holds `at`.
         let page = 4096 - at % 4096;
         let n = buf.len().min(page);
         Ok(
-            if n < buf.len() && crate::own_memory::read_own(at, &mut buf[..n]) {
+            if n < buf.len() && crate::own_memory::read(at, &mut buf[..n]) {
                 n
             } else {
                 0
@@ -294,7 +294,7 @@ fn examine(data: usize, ret: usize) -> Outcome {
         )));
     }
     let mut head = [0u8; WRAPPER_SIZE];
-    if !crate::own_memory::read_own(data, &mut head) {
+    if !crate::own_memory::read(data, &mut head) {
         return Outcome::Left(Left::Unreadable);
     }
     let Some(wrapper) = Wrapper::parse(&head) else {

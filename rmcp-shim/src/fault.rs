@@ -3,8 +3,10 @@
 //! after the first hooked call the runtime served, which opens ROCr, and at a launch or a
 //! queue creation; so before the program's first GPU work, be it a copy or a kernel) and the
 //! report of a VM fault
-//! (ROCr's `HSA_AMD_GPU_MEMORY_FAULT_EVENT`) or a queue error (`queues`' wrappers call
-//! [`queue_error`]). It reads, at fault time only: ROCr's answers about the agent and the
+//! (ROCr's `HSA_AMD_GPU_MEMORY_FAULT_EVENT`), a hardware exception (`_HW_EXCEPTION_EVENT`:
+//! the driver reset the GPU after a hang, or an ECC error) or a queue error (`queues`'
+//! wrappers call [`queue_error`]). Each block names the dispatch each queue was on (`queues`,
+//! `kernel_objects`) before the recent launches, which are context. It reads, at fault time only: ROCr's answers about the agent and the
 //! address (`hsa_agent_get_info`, `hsa_amd_pointer_info`: safe on ROCr's event thread, no HIP
 //! call), the shim's allocation record and launch ring, the KFD topology, the configuration
 //! and the counters. The words are `rmcp_core::fault::render`'s; the block goes through the
@@ -42,6 +44,7 @@ const HSA_STATUS_SUCCESS: u32 = 0;
 const HSA_STATUS_ERROR: u32 = 0x1000;
 const HSA_STATUS_ERROR_NOT_INITIALIZED: u32 = 0x100B;
 const HSA_AMD_GPU_MEMORY_FAULT_EVENT: i32 = 0;
+const HSA_AMD_GPU_HW_EXCEPTION_EVENT: i32 = 1;
 const HSA_AGENT_INFO_NAME: u32 = 0;
 const HSA_AGENT_INFO_DEVICE: u32 = 17;
 const HSA_AMD_AGENT_INFO_DRIVER_NODE_ID: u32 = 0xA004;
@@ -150,6 +153,7 @@ fn find_rocr(c: &Copy) -> Option<usize> {
         register,
         pointer_info,
         agent_info,
+        ..
     } = c.rocr;
     if register == 0 {
         return None;
@@ -216,7 +220,9 @@ unsafe extern "C" fn on_event(event: *const u8, data: *mut c_void) -> u32 {
             return;
         }
         // SAFETY: ROCr passes a hsa_amd_event_t: an int event type, then (8-aligned) the
-        // memory fault info {agent, virtual_address, fault_reason_mask}.
+        // event's info: for a memory fault {agent, virtual_address, fault_reason_mask}, for a
+        // hardware exception {agent, reset_type, reset_cause} (hsa_ext_amd.h). The union is
+        // at least as large as the memory fault's, so the three words are there.
         let (kind, agent, va, mask) = unsafe {
             (
                 event.cast::<i32>().read(),
@@ -225,15 +231,24 @@ unsafe extern "C" fn on_event(event: *const u8, data: *mut c_void) -> u32 {
                 event.add(24).cast::<u32>().read(),
             )
         };
-        if kind != HSA_AMD_GPU_MEMORY_FAULT_EVENT {
-            return;
+        match kind {
+            HSA_AMD_GPU_MEMORY_FAULT_EVENT => explain(
+                What::VmFault { reasons: mask },
+                Some(va),
+                agent,
+                ROCR.get(data as usize),
+            ),
+            HSA_AMD_GPU_HW_EXCEPTION_EVENT => explain(
+                // reset_cause, the second u32 after the agent.
+                What::HwException {
+                    cause: (va >> 32) as u32,
+                },
+                None,
+                agent,
+                ROCR.get(data as usize),
+            ),
+            _ => {}
         }
-        explain(
-            What::VmFault { reasons: mask },
-            Some(va),
-            agent,
-            ROCR.get(data as usize),
-        );
     });
     HSA_STATUS_ERROR
 }
@@ -313,6 +328,7 @@ fn gather(
         None | Some(0) => Place::NoAddress,
         Some(a) => place_of(a, rocr),
     };
+    let running = running(rocr);
     let kernels: Vec<rmcp_core::fault::Kernel> = crate::launches::last(8)
         .iter()
         .map(crate::launches::describe)
@@ -320,7 +336,13 @@ fn gather(
     let _ = std::panic::catch_unwind(|| {
         crate::gfx101x::scan_libraries(&kernels, topology.as_ref());
     });
-    let gfx101x_sites = crate::gfx101x::sites_of(kernels.iter().filter_map(|k| k.name.as_deref()));
+    // The kernels running first, then those launched.
+    let gfx101x_sites = crate::gfx101x::sites_of(
+        running
+            .iter()
+            .filter_map(|r| r.name.as_deref())
+            .chain(kernels.iter().filter_map(|k| k.name.as_deref())),
+    );
     let (graph_kernels, graph_kernels_dropped) = crate::graphs::kernels();
     let rewritten = rmcp_core::registry::HOOKS
         .iter()
@@ -331,6 +353,7 @@ fn gather(
         address,
         gpu,
         place,
+        running,
         kernels,
         launches_total: crate::launches::total(),
         graph_kernels,
@@ -341,6 +364,44 @@ fn gather(
         rewritten,
         gfx101x_sites,
     }
+}
+
+/// Each queue rmcp saw created, read now, its dispatch named: the kernel object's name from
+/// the executables the runtime froze, where it came from from the registrations and modules.
+fn running(rocr: Option<&Rocr>) -> Vec<rmcp_core::dispatch::Running> {
+    crate::dispatches::running()
+        .into_iter()
+        .map(|now| {
+            let mut r = now.running;
+            r.node = node_of(rocr, now.agent);
+            if let Some(rmcp_core::dispatch::Packet::Dispatch(d)) = r.packet {
+                let Some((name, origin)) = crate::kernel_objects::name_of(d.kernel_object) else {
+                    return r;
+                };
+                // A module load's file or loader, else the library that registered it.
+                let path = origin
+                    .as_ref()
+                    .map(|o| o.path.clone())
+                    .or_else(|| crate::launches::origin_of(&name));
+                r.from = origin.map(|o| o.words()).or_else(|| path.clone());
+                r.advice = rmcp_core::miopen::advice(
+                    &name,
+                    &path.iter().map(String::as_str).collect::<Vec<_>>(),
+                );
+                r.name = Some(name);
+            }
+            r
+        })
+        .collect()
+}
+
+/// [`running`] outside an event (the watchdog): the agents' nodes asked of the first ROCr
+/// copy whose functions are known.
+pub(crate) fn running_now() -> Vec<rmcp_core::dispatch::Running> {
+    running(
+        ROCR.iter()
+            .find(|r| r.agent_info.load(Ordering::Acquire) != 0),
+    )
 }
 
 fn place_of(address: u64, rocr: Option<&Rocr>) -> Place {
@@ -462,6 +523,7 @@ fn to_json(f: &Fault) -> serde_json::Value {
     let (kind, code) = match f.what {
         What::VmFault { reasons } => ("vm", reasons),
         What::QueueError { status } => ("queue", status),
+        What::HwException { cause } => ("hw_exception", cause),
     };
     let place = match &f.place {
         Place::NoAddress => serde_json::json!({"in": "none reported"}),
@@ -494,7 +556,9 @@ fn to_json(f: &Fault) -> serde_json::Value {
         "reasons": match f.what {
             What::VmFault { reasons } => rmcp_core::fault::reasons(reasons),
             What::QueueError { status } => vec![rmcp_core::fault::queue_error(status).1],
+            What::HwException { cause } => vec![rmcp_core::fault::hw_exception_cause(cause)],
         },
+        "running": f.running.iter().filter(|r| r.busy()).map(running_json).collect::<Vec<_>>(),
         "address": f.address.map(|a| format!("{a:#x}")),
         "gpu": {
             "node": f.gpu.node,
@@ -528,5 +592,35 @@ fn to_json(f: &Fault) -> serde_json::Value {
             "decodes_otherwise": k.otherwise,
         })).collect::<Vec<_>>(),
         "lines": rmcp_core::fault::render(f),
+    })
+}
+
+/// One busy queue in the stats report's `faults` (and `stalls`) entries.
+pub(crate) fn running_json(r: &rmcp_core::dispatch::Running) -> serde_json::Value {
+    let packet = match r.packet {
+        Some(rmcp_core::dispatch::Packet::Dispatch(d)) => serde_json::json!({
+            "type": "kernel_dispatch",
+            "kernel": r.name,
+            "from": r.from,
+            "kernel_object": format!("{:#x}", d.kernel_object),
+            "grid": d.grid,
+            "workgroup": d.workgroup,
+            "kernarg": format!("{:#x}", d.kernarg),
+        }),
+        Some(rmcp_core::dispatch::Packet::Barrier { and }) => {
+            serde_json::json!({"type": if and { "barrier_and" } else { "barrier_or" }})
+        }
+        Some(rmcp_core::dispatch::Packet::Invalid) => serde_json::json!({"type": "invalid"}),
+        Some(rmcp_core::dispatch::Packet::Other(t)) => serde_json::json!({"type": t}),
+        None => serde_json::Value::Null,
+    };
+    serde_json::json!({
+        "queue": r.queue,
+        "node": r.node,
+        "read": r.read,
+        "write": r.write,
+        "packet": packet,
+        "seen_for_s": r.seen_for,
+        "advice": r.advice,
     })
 }

@@ -113,10 +113,10 @@ pub(crate) fn substitute(hook: Hook, name: &CStr, got: usize) -> Option<usize> {
 /// of `got`, a HIP runtime's own function that a lookup found by `name`: the front's export
 /// when the global scope binds `got` after the shim (as a linked caller reaches it), else the
 /// copy's own per-copy observed entry, whose calls reach `got` and are recorded, whoever
-/// makes them. None: `got` itself (not the copy's own function, `hsa_queue_create`, or past
+/// makes them. None: `got` itself (not the copy's own function, a ROCr function, or past
 /// the slots). The lookup's other rules (the mode, exemption) are the caller's.
 pub(crate) fn substitute_observed(o: Observed, name: &CStr, got: usize) -> Option<usize> {
-    if o == Observed::HsaQueueCreate {
+    if matches!(o, Observed::HsaQueueCreate | Observed::HsaExecutableFreeze) {
         return None;
     }
     if crate::front::next(name.as_ptr()) as usize == got {

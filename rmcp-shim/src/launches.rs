@@ -376,6 +376,43 @@ pub(crate) fn describe(l: &Launch) -> rmcp_core::fault::Kernel {
     }
 }
 
+/// Where the kernel named `name` came from: the library whose fat binary registered a stub
+/// of that name (the newest such registration whose name can still be read), else "a module"
+/// when `hipModuleGetFunction` made a function of that name. At fault time only (a scan of
+/// the registrations, each name read through `process_vm_readv`, so an unloaded library's
+/// is not a fault).
+pub(crate) fn origin_of(name: &str) -> Option<String> {
+    let want = name.as_bytes();
+    let made = STUBS_NAMED.load(Ordering::Acquire).min(STUBS);
+    let mut buf = vec![0u8; want.len() + 1];
+    for e in STUB_NAMES[..made].iter().rev() {
+        let (stub, p) = (
+            e.stub.load(Ordering::Acquire),
+            e.name.load(Ordering::Relaxed),
+        );
+        if stub == 0 || p == 0 || !crate::own_memory::read(p, &mut buf) {
+            continue;
+        }
+        if buf[..want.len()] == *want && buf[want.len()] == 0 {
+            if let Some((_, path)) = rmcp_sys::locate::object_of(stub) {
+                return Some(if path.is_empty() {
+                    "the program".into()
+                } else {
+                    path
+                });
+            }
+        }
+    }
+    let cut = &want[..want.len().min(NAME_MAX)];
+    let named_by_module = FUNCTION_NAMES.iter().any(|e| {
+        let f = e.function.load(Ordering::Acquire);
+        f != 0
+            && e.len.load(Ordering::Relaxed) == cut.len()
+            && function_name(f).is_some_and(|n| n.as_bytes() == cut)
+    });
+    named_by_module.then(|| "a module (hipModuleLoad*)".to_string())
+}
+
 /// Up to NAME_MAX bytes at `p`, to the first NUL.
 ///
 /// # Safety

@@ -31,18 +31,23 @@
 //!   allocations hooked calls made (all for the GPU fault report);
 //! - `report`: the banner, the warnings of the first call and the exit report, with the
 //!   exit and fork hooks that make them;
+//! - `own_memory`: reading the process's own memory without faulting;
+//! - `kernel_objects`: the kernels each executable the runtime froze holds, by kernel object;
+//!   `dispatches`: the HSA queues the runtime created and the packet each is on (what names
+//!   the dispatch running at a fault, a reset or a stall);
 //! - `fault`: the GPU fault handler and the block it writes; `queues`: the wrapped error
-//!   callbacks of HSA queues, which hand a queue error to `fault`;
+//!   callbacks of HSA queues, which hand a queue error to `fault`; `watchdog`: the stall
+//!   watchdog (RMCP_HANG_AFTER) over the synchronizing calls;
 //! - `handout`: what a lookup hands out in place of a runtime's function (the front's
 //!   export or a copy's own entry), and where a call no calling object places goes;
-//! - `own_memory`: reading this process's memory at an untrusted address, never faulting;
 //! - `fatbin`: the fat binaries registered at start-up under an override that makes a
 //!   gfx1010-gfx1013 card run gfx103x code (a private copy of the entry the runtime loads,
 //!   fixed in place);
 //! - `observed`: the entries of the observed functions (launches, graph calls,
-//!   `__hipRegisterFunction`, `__hipRegisterFatBinary`, `hsa_queue_create`), ordinary and
-//!   per-copy, which record one fact and go on untouched (but a queue's callback and, under
-//!   such an override, a fat binary's wrapper);
+//!   `__hipRegisterFunction`, `__hipRegisterFatBinary`, `hsa_queue_create`,
+//!   `hsa_executable_freeze`), ordinary and per-copy, which record one fact and go on
+//!   untouched (but a queue's callback and, under such an override, a fat binary's
+//!   wrapper);
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
 //! - `module_load`: what the module-load hooks do with a code object (the load-time fix of
 //!   broken buffer descriptors);
@@ -71,15 +76,18 @@ mod devices;
 mod copies;
 mod binding;
 mod seqlock;
+mod own_memory;
 mod launches;
 mod graphs;
 mod allocations;
 mod report;
 mod gfx101x;
+mod kernel_objects;
+mod dispatches;
 mod fault;
 mod queues;
+mod watchdog;
 mod handout;
-mod own_memory;
 mod fatbin;
 mod observed;
 mod intercept;

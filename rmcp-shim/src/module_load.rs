@@ -43,7 +43,6 @@ use rmcp_sys::{HipApi, HipError, error};
 
 use crate::binding::Binding;
 use crate::intercept::{Call, Caller, binding_of, describe_caller, forward_bare};
-use crate::own_memory::read_own;
 use crate::state::Global;
 use crate::stats::{self, Image, Outcome};
 use crate::thread::{self, ThreadState};
@@ -68,14 +67,15 @@ fn read_image(image: *const c_void) -> Option<Vec<u8>> {
     }
     let base = image as usize;
     let len = descriptors::image_len(&mut |offset: usize, buf: &mut [u8]| {
-        base.checked_add(offset)
-            .is_some_and(|at| at.checked_add(buf.len()).is_some() && read_own(at, buf))
+        base.checked_add(offset).is_some_and(|at| {
+            at.checked_add(buf.len()).is_some() && crate::own_memory::read(at, buf)
+        })
     })?;
     if len == 0 || len > MAX_IMAGE {
         return None;
     }
     let mut bytes = vec![0u8; len];
-    read_own(base, &mut bytes).then_some(bytes)
+    crate::own_memory::read(base, &mut bytes).then_some(bytes)
 }
 
 /// What one broken image holds: its gfx1010-gfx1013 code objects with findings.
@@ -728,7 +728,6 @@ fn read_file(path: &std::path::Path) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::own_memory::read_through_pipe;
 
     #[test]
     fn a_copy_is_kept_once_per_content_and_freed_with_its_last_module() {
@@ -786,19 +785,22 @@ mod tests {
     fn reading_own_memory_never_faults() {
         let data = [1u8, 2, 3, 4];
         let mut buf = [0u8; 4];
-        assert!(read_own(data.as_ptr() as usize, &mut buf));
+        assert!(crate::own_memory::read(data.as_ptr() as usize, &mut buf));
         assert_eq!(buf, data);
         // Page 0 is never mapped; the top of the address space neither.
-        assert!(!read_own(8, &mut buf));
-        assert!(!read_own(usize::MAX - 2, &mut buf));
+        assert!(!crate::own_memory::read(8, &mut buf));
+        assert!(!crate::own_memory::read(usize::MAX - 2, &mut buf));
         assert!(read_image(std::ptr::null()).is_none());
         assert!(read_image(16 as *const c_void).is_none());
         // The pipe's way, as where process_vm_readv is refused: across pages too.
         let big: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         let mut got = vec![0u8; big.len()];
-        assert!(read_through_pipe(big.as_ptr() as usize, &mut got));
+        assert!(crate::own_memory::through_pipe(
+            big.as_ptr() as usize,
+            &mut got
+        ));
         assert_eq!(got, big);
-        assert!(!read_through_pipe(8, &mut buf));
+        assert!(!crate::own_memory::through_pipe(8, &mut buf));
     }
 
     #[test]
@@ -834,10 +836,10 @@ mod tests {
             assert!(read_image(at.cast()).is_none());
             // Both ways of reading stop at the unmapped page, and read up to it.
             let mut across = [0u8; 128];
-            assert!(!read_own(at as usize, &mut across));
-            assert!(!read_through_pipe(at as usize, &mut across));
+            assert!(!crate::own_memory::read(at as usize, &mut across));
+            assert!(!crate::own_memory::through_pipe(at as usize, &mut across));
             let mut head = [0u8; 64];
-            assert!(read_through_pipe(at as usize, &mut head));
+            assert!(crate::own_memory::through_pipe(at as usize, &mut head));
             assert_eq!(head, h);
             libc::munmap(p, page);
         }

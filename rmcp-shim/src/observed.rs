@@ -1,13 +1,15 @@
 //! The entries of the observed functions (`rmcp_sys::observed_functions!`): launches, graph
-//! calls (`graphs`), `__hipRegisterFunction`, `__hipRegisterFatBinary`, `hsa_queue_create`. Each entry saves the six
+//! calls (`graphs`), `__hipRegisterFunction`, `__hipRegisterFatBinary`, `hsa_queue_create`,
+//! `hsa_executable_freeze`. Each entry saves the six
 //! argument registers and rax, calls [`observe`] with them and its row's index, restores them
 //! and jumps to the function `observe` returns, with the stack as the caller left it:
 //! whatever the function's arguments (dim3 structs, arguments on the stack), the callee
 //! receives the caller's own, and returns straight to the caller. `observe` finds where the call goes (the function the
 //! caller would have reached: `binding`, as for the hooked functions), records its fact
-//! (`launches`, `graphs`, `queues`) and, for `hsa_queue_create`, puts the wrapped callback in place of
-//! the caller's (rcx); for `__hipRegisterFatBinary`, under an override, maybe a private
-//! wrapper in place of the caller's (rdi: `fatbin`).
+//! (`launches`, `graphs`, `queues`, `kernel_objects`) and, for `hsa_queue_create`, puts the
+//! wrapped callback in place of the caller's (rcx) and goes on through `dispatches`' wrapper of
+//! the function, which records the queue it created; for `__hipRegisterFatBinary`, under an
+//! override, maybe a private wrapper in place of the caller's (rdi: `fatbin`).
 //!
 //! A launch costs the front's jump, this entry and `observe`'s binding lookup and ring
 //! record: no lock, no heap, no system call (`docs/performance.md`). A lookup by name of an
@@ -213,12 +215,12 @@ extern "C" fn observe(saved: *mut Saved, index: u32) -> usize {
     let Some(&(o, _)) = OBSERVED.get(index as usize) else {
         return not_found as *const () as usize;
     };
-    if o == Observed::HsaQueueCreate {
-        if let Ok(Some((function, copy))) = std::panic::catch_unwind(|| queue_target(saved.ret)) {
+    if matches!(o, Observed::HsaQueueCreate | Observed::HsaExecutableFreeze) {
+        if let Ok(Some((function, copy))) = std::panic::catch_unwind(|| rocr_target(o, saved.ret)) {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 record(o, saved, Some(copy));
             }));
-            return function;
+            return onward(o, function);
         }
     }
     let Ok(found) = std::panic::catch_unwind(|| target(o, saved.ret)) else {
@@ -230,17 +232,34 @@ extern "C" fn observe(saved: *mut Saved, index: u32) -> usize {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         record(o, saved, binding.and_then(|b| b.copy));
     }));
-    function
+    onward(o, function)
 }
 
-/// Where a runtime copy's own `hsa_queue_create` call from `ret` goes, without asking the
-/// loader: a runtime creates its queues under its own locks, which a thread inside dlopen
-/// (holding the loader's lock) may be waiting for. Known once the copy was found (its first
-/// hooked or observed call, or a kernel's registration, all before its first queue); else
-/// None, and the call's binding is found as any other's.
-fn queue_target(ret: usize) -> Option<(usize, &'static crate::copies::Copy)> {
+/// Where a runtime copy's own `hsa_queue_create` or `hsa_executable_freeze` call from `ret`
+/// goes, without asking the loader: a runtime creates its queues and loads its code objects
+/// under its own locks, which a thread inside dlopen (holding the loader's lock) may be
+/// waiting for. Known once the copy was found (its first hooked or observed call, or a
+/// kernel's registration, all before its first queue or code object); else None, and the
+/// call's binding is found as any other's.
+fn rocr_target(o: Observed, ret: usize) -> Option<(usize, &'static crate::copies::Copy)> {
     let c = crate::copies::containing(ret)?;
-    (c.queue_create != 0).then_some((c.queue_create, c))
+    let f = match o {
+        Observed::HsaExecutableFreeze => c.executable_freeze,
+        _ => c.queue_create,
+    };
+    (f != 0).then_some((f, c))
+}
+
+/// What the entry jumps to for `function`, the function the caller would have reached: the
+/// function itself, but for `hsa_queue_create`, which goes through `dispatches`' wrapper of that
+/// function (the same call, whose created queue is then recorded).
+#[inline(always)]
+fn onward(o: Observed, function: usize) -> usize {
+    if o == Observed::HsaQueueCreate {
+        return std::panic::catch_unwind(|| crate::dispatches::creating(function))
+            .unwrap_or(function);
+    }
+    function
 }
 
 /// Called by the per-copy entries (`handout` hands them out for a copy's observed function
@@ -265,7 +284,7 @@ extern "C" fn observe_copy(saved: *mut Saved, code: u32) -> usize {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         record(o, saved, binding.copy);
     }));
-    function
+    onward(o, function)
 }
 
 #[inline(always)]
@@ -311,6 +330,13 @@ fn record(o: Observed, saved: &mut Saved, copy: Option<&'static crate::copies::C
         Observed::HipRegisterFatBinary => {
             // At start-up: under an override, maybe a private copy of the entry to load.
             saved.rdi = crate::fatbin::register(saved.rdi, saved.ret);
+            return;
+        }
+        Observed::HsaExecutableFreeze => {
+            // (executable, options): its code objects are loaded, its symbols final.
+            if let Some(c) = copy {
+                crate::kernel_objects::freezing(c, saved.rdi as u64);
+            }
             return;
         }
         Observed::HsaQueueCreate => {

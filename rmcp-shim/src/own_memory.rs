@@ -1,6 +1,8 @@
-//! Reading this process's own memory at an address the shim was handed and does not trust
-//! (a module image, a fat binary's wrapper and bundle): an unmapped byte is an error, never
-//! a fault.
+//! Reading this process's own memory without faulting: [`read`] answers false where any of
+//! the bytes is not mapped readable, instead of a SIGSEGV. Used where the shim reads memory
+//! it does not own and cannot vouch for: a caller's code object image (`module_load`), a
+//! queue and its ring at event time (`dispatches`), a kernel name in a library that may have
+//! been unloaded (`launches`).
 
 use std::ffi::c_void;
 
@@ -8,7 +10,7 @@ use std::ffi::c_void;
 /// any of them is not mapped readable. Through `process_vm_readv`; where a seccomp filter
 /// refuses it (Docker's default profile allows it only with CAP_SYS_PTRACE), through a pipe
 /// of the shim's own (`read_through_pipe`).
-pub(crate) fn read_own(addr: usize, buf: &mut [u8]) -> bool {
+pub(crate) fn read(addr: usize, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
@@ -28,15 +30,15 @@ pub(crate) fn read_own(addr: usize, buf: &mut [u8]) -> bool {
         return usize::try_from(got).is_ok_and(|n| n == buf.len());
     }
     match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => read_through_pipe(addr, buf),
+        Some(libc::EPERM | libc::ENOSYS | libc::EACCES) => through_pipe(addr, buf),
         _ => false,
     }
 }
 
-/// [`read_own`] through a pipe: `write(2)` from the address fails with EFAULT where it is
+/// [`read`] through a pipe: `write(2)` from the address fails with EFAULT where it is
 /// not mapped, where a plain read would fault. One page at a time, so that a write into the
 /// empty pipe never blocks. The pipe is the shim's own, closed on return (and on exec).
-pub(crate) fn read_through_pipe(addr: usize, buf: &mut [u8]) -> bool {
+pub(crate) fn through_pipe(addr: usize, buf: &mut [u8]) -> bool {
     let mut fds = [-1; 2];
     // SAFETY: `fds` has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {

@@ -7,7 +7,8 @@
 //! wrapper in place of the callback. `data` is passed through unchanged (HIP casts it to its
 //! own device object). On an error the wrapper has the fault report written
 //! (`fault::queue_error`), then calls the caller's callback with the runtime's own arguments,
-//! so the runtime prints and ends the process exactly as without rmcp.
+//! so the runtime prints and ends the process exactly as without rmcp. (The queues
+//! themselves, and the packet each is on, are `dispatches`'.)
 //!
 //! Past [`SLOTS`] queues, a queue is created with its own callback, unwrapped, and one line
 //! says so. Slots are never given back (no `hsa_queue_destroy` hook): HIP creates its queues

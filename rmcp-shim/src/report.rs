@@ -472,6 +472,14 @@ pub(crate) fn fault_seen(facts: serde_json::Value) {
     }
 }
 
+/// A stall was said (`watchdog`): its facts join the report's `faults` (kind `stall`),
+/// written at exit as always (the process goes on).
+pub(crate) fn stall_seen(facts: serde_json::Value) {
+    if let Ok(mut all) = FAULTS.lock() {
+        all.push(facts);
+    }
+}
+
 /// At exit in a process that loaded a library with RTLD_DEEPBIND (the front calls this,
 /// through `front::deepbind_seen`, after every earlier exit handler of the body): the
 /// report is written now, whether or not a hooked call ever reached the shim, so that what

@@ -5,7 +5,8 @@
 //!   entered from inside a call the shim is forwarding. Such a call belongs to the runtime,
 //!   not to the application: it is forwarded unchanged and not counted;
 //! - the thread's stats slot, as `stats` claims it (this module only keeps it); the same
-//!   index names the thread's launch ring (`launches`) and allocation ring (`allocations`).
+//!   index names the thread's launch ring (`launches`) and allocation ring (`allocations`);
+//! - the origin of the code object a hooked module load is loading (`kernel_objects`).
 //!
 //! The block lives in the front's initial-exec TLS (`front::thread_block`): every thread
 //! gets it zeroed at creation, so access never allocates and stays valid while the
@@ -22,6 +23,8 @@ pub(crate) struct ThreadState {
     inside: Cell<bool>,
     /// The stats slot + 1; 0 = none claimed yet.
     slot: Cell<u32>,
+    /// While a hooked module load is forwarded: its origin in `kernel_objects` + 1; else 0.
+    loading: Cell<u32>,
 }
 
 // The front's block is 16 bytes, 8-aligned.
@@ -29,7 +32,7 @@ const _: () = assert!(size_of::<ThreadState>() <= 16 && align_of::<ThreadState>(
 
 thread_local! {
     static STATE: ThreadState = const {
-        ThreadState { inside: Cell::new(false), slot: Cell::new(0) }
+        ThreadState { inside: Cell::new(false), slot: Cell::new(0), loading: Cell::new(0) }
     };
 }
 
@@ -88,6 +91,13 @@ impl ThreadState {
     /// The slot, if one was claimed.
     pub(crate) fn claimed_slot(&self) -> Option<usize> {
         (self.slot.get() != 0).then(|| self.slot.get() as usize - 1)
+    }
+    /// Sets the origin of the code this thread is loading (0: none); returns the one before.
+    pub(crate) fn set_loading(&self, origin: u32) -> u32 {
+        self.loading.replace(origin)
+    }
+    pub(crate) fn loading(&self) -> u32 {
+        self.loading.get()
     }
 }
 

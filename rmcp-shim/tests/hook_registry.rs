@@ -28,8 +28,8 @@ fn registry_and_exports_agree() {
     assert_eq!(difference(&kit::shim()), Vec::<String>::new());
     assert_eq!(
         rmcp_core::registry::exported_names().count(),
-        rmcp_core::registry::Observed::COUNT + 21,
-        "19 hooks, the observed entry points, dlsym and dlvsym"
+        rmcp_core::registry::Observed::COUNT + 27,
+        "25 hooks, the observed entry points, dlsym and dlvsym"
     );
 }
 

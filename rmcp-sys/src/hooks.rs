@@ -12,7 +12,9 @@
 /// `IMAGE`: `rmcp-shim/src/module_load.rs`); `loads file FNAME` one that loads a code object
 /// from a file (named in the log, never changed); `unloads module MODULE` one that unloads a
 /// module (the shim releases a fixed copy it handed the runtime for it, once no module uses
-/// it). Everything that lists hooks is generated from this table: `HipApi` here,
+/// it); `waits KIND` a call that waits for the GPU (device, stream, event, copy: the
+/// watchdog, `rmcp-shim/src/watchdog.rs`, sees it waiting). Everything that lists hooks is
+/// generated from this table: `HipApi` here,
 /// `rmcp_core::registry::Hook`, the shim's exports and its linker version script.
 ///
 /// Invoke with the name of a local macro, which receives the rows.
@@ -98,6 +100,29 @@ macro_rules! hooked_functions {
             /// copy of the module's image that no other module uses is freed.
             hipModuleUnload = HipModuleUnload (module: *mut ::core::ffi::c_void)
                 => out: ::core::ptr::null_mut(), size: 0, flags: 0, unloads module module;
+            /// `hipDeviceSynchronize(void)`: forwarded unchanged; while it waits, the
+            /// watchdog (RMCP_HANG_AFTER) may say what the GPU is running.
+            hipDeviceSynchronize = HipDeviceSynchronize ()
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, waits device;
+            /// `hipStreamSynchronize(hipStream_t)`: as hipDeviceSynchronize.
+            hipStreamSynchronize = HipStreamSynchronize (stream: *mut ::core::ffi::c_void)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, waits stream;
+            /// The per-thread-default-stream form (hip_5.2).
+            hipStreamSynchronize_spt = HipStreamSynchronizeSpt (stream: *mut ::core::ffi::c_void)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, waits stream;
+            /// `hipEventSynchronize(hipEvent_t)`: as hipDeviceSynchronize.
+            hipEventSynchronize = HipEventSynchronize (event: *mut ::core::ffi::c_void)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, waits event;
+            /// `hipMemcpy(void *dst, const void *src, size_t, hipMemcpyKind)`: a blocking copy,
+            /// which waits for the work before it on the null stream; as hipDeviceSynchronize.
+            hipMemcpy = HipMemcpy
+                (dst: *mut ::core::ffi::c_void, src: *const ::core::ffi::c_void, bytes: usize,
+                 kind: ::core::ffi::c_int)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, waits copy;
+            /// `hipMemcpyDtoH(void *dst, hipDeviceptr_t src, size_t)`: as hipMemcpy.
+            hipMemcpyDtoH = HipMemcpyDtoH
+                (dst: *mut ::core::ffi::c_void, src: *mut ::core::ffi::c_void, bytes: usize)
+                => out: ::core::ptr::null_mut(), size: 0, flags: 0, waits copy;
             /// Since hip_7.1: what hipGetDriverEntryPoint becomes in code built with
             /// per-thread default streams (`amd_hip_runtime_pt_api.h`).
             hipGetDriverEntryPoint_spt = HipGetDriverEntryPointSpt
@@ -188,6 +213,12 @@ macro_rules! observed_functions {
             /// callback, void *data, uint32_t, uint32_t, hsa_queue_t **)` (ROCR_1): HIP's
             /// queues, whose error callback (rcx) the shim wraps.
             hsa_queue_create = HsaQueueCreate, queue passive;
+            /// `hsa_status_t hsa_executable_freeze(hsa_executable_t, const char *)` (ROCR_1):
+            /// every code object HIP loads (a registered fat binary's, a module's) is frozen
+            /// into its executable before its kernels run; their kernel objects and names are
+            /// read then, so that the dispatch a queue is running can be named at fault time
+            /// without asking ROCr. Records the executable (rdi).
+            hsa_executable_freeze = HsaExecutableFreeze, executable passive;
         }
     };
 }

@@ -174,7 +174,8 @@ macro_rules! hip_api_with_queries {
         $(, names $nfn:ident from $kname:ident)?
         $(, loads image from $image:ident)?
         $(, loads file $fname:ident)?
-        $(, unloads module $umodule:ident)? ;
+        $(, unloads module $umodule:ident)?
+        $(, waits $wait:ident)? ;
     )*]
     $( $(#[$odoc:meta])* $oname:ident = $ovariant:ident, $($word:ident)+ ; )*) => {
         hip_api! {

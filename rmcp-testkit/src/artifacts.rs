@@ -224,6 +224,12 @@ pub fn module_load_program(major: u8) -> PathBuf {
     })
 }
 
+/// tests/emulated-gpu/miopen_conv.c: one convolution through real MIOpen (dlopen'd, linked to
+/// no runtime), optionally hung on the emulated GPU (tests/miopen_hang.rs).
+pub fn miopen_conv() -> PathBuf {
+    PathBuf::from(env!("RMCP_MIOPEN_CONV"))
+}
+
 /// `scripts/emulated-gpu --log LOG [--fault SPEC] -- emu_probe5 STEPS` in `dir` (where a core
 /// file would go), with `lib` as the emulator and none of the caller's LD_PRELOAD,
 /// HSA_OVERRIDE_GFX_VERSION or EMUGPU_FAULT: the fault tests' run, to which each adds its own

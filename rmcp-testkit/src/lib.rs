@@ -57,6 +57,7 @@ mod tests {
             bench_client(),
             nomem_client(),
             fd_client(),
+            miopen_conv(),
         ];
         for major in [5, 6, 7] {
             paths.push(fake_dir(major).join(format!("libamdhip64.so.{major}")));

@@ -26,7 +26,14 @@
  *   loaddata:PATH        the same with the file read into memory and hipModuleLoadData
  *   fault:KIND[@VA]      emugpu_fault(KIND, VA): the emulator faults the next dispatch
  *                        (without VA: at its first kernel argument, the buffer)
- *   launch               hipModuleLaunchKernel(k, 1x1x1, 1x1x1, args: the buffer)
+ *   kernel:NAME          hipModuleGetFunction(.., NAME) on the module last loaded: the
+ *                        kernel later launches run (load: makes it "k")
+ *   stream:N             later launches go to stream N: 0 the null stream, 1-7 streams made
+ *                        by hipStreamCreate when first named
+ *   sleep:SECONDS        sleep(SECONDS): the GPU goes on meanwhile
+ *   threads              -> "names=A,B,.." the process's threads' names (/proc/self/task)
+ *   launch               hipModuleLaunchKernel(the kernel, 1x1x1, 1x1x1, args: the buffer)
+ *                        on the current stream
  *   launch@thread        the same launch from a new thread, joined before the next step
  * Exit status: 0 when every step returned hipSuccess, 1 otherwise, 2 on a bad argument.
  */
@@ -36,7 +43,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 typedef int hipError_t;
 
@@ -167,8 +176,9 @@ static hipError_t hooked(const char *fn, size_t size, unsigned flags, char *deta
 	return rc ? rc : frc;
 }
 
-/* load:PATH's kernel and its argument, for launch */
-static void *function, *buffer;
+/* load:PATH's module, kernel and argument, and the stream, for launch */
+static void *module_loaded, *function, *buffer, *streams[8];
+static unsigned stream_now;
 
 static hipError_t load(const char *path, int data, char *detail, size_t dn)
 {
@@ -197,6 +207,7 @@ static hipError_t load(const char *path, int data, char *detail, size_t dn)
 	if (!rc)
 		rc = CALL(hipError_t(*)(void **, void *, const char *), "hipModuleGetFunction", &function,
 			  module, "k");
+	module_loaded = module;
 	if (!rc)
 		rc = hipMalloc(&buffer, 4096);
 	snprintf(detail, dn, "ptr=%p", buffer);
@@ -208,7 +219,8 @@ static hipError_t launch(void)
 	void *args[] = { &buffer };
 	typedef hipError_t (*f_launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
 				       unsigned, unsigned, void *, void **, void **);
-	return CALL(f_launch, "hipModuleLaunchKernel", function, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+	return CALL(f_launch, "hipModuleLaunchKernel", function, 1, 1, 1, 1, 1, 1, 0,
+		    streams[stream_now], args, NULL);
 }
 
 static void *launch_thread(void *rc)
@@ -232,6 +244,30 @@ static hipError_t copy(int d2h, size_t size)
 	return rc;
 }
 
+/* The names of the process's threads, comma-separated, into out. */
+static hipError_t thread_names(char *out, size_t n)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	size_t used = (size_t)snprintf(out, n, "names=");
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) && used < n) {
+		char path[300], name[64] = "";
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f && fgets(name, sizeof name, f))
+			name[strcspn(name, "\n")] = 0;
+		if (f)
+			fclose(f);
+		used += (size_t)snprintf(out + used, n - used, "%s,", name);
+	}
+	closedir(d);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int failed = 0;
@@ -240,7 +276,7 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		char step[1024], fn[128] = "", detail[256] = "", buf[1100];
 		unsigned long long size = 4096;
-		unsigned flags = 0;
+		unsigned flags = 0, secs = 0;
 		hipError_t rc;
 		snprintf(step, sizeof step, "%s", argv[i]);
 		snprintf(buf, sizeof buf, "begin %s", step);
@@ -274,6 +310,22 @@ int main(int argc, char **argv)
 			if (at)
 				*at = 0;
 			rc = fault ? fault(step + 6, va) : -1;
+		} else if (!strcmp(step, "threads")) {
+			rc = thread_names(detail, sizeof detail);
+		} else if (sscanf(step, "sleep:%u", &secs) == 1) {
+			sleep(secs);
+			rc = 0;
+		} else if (!strncmp(step, "kernel:", 7)) {
+			rc = CALL(hipError_t(*)(void **, void *, const char *), "hipModuleGetFunction",
+				  &function, module_loaded, step + 7);
+		} else if (sscanf(step, "stream:%u", &stream_now) == 1) {
+			rc = 0;
+			if (stream_now >= 8) {
+				fprintf(stderr, "emu_probe: %s: streams are 0 to 7\n", step);
+				return 2;
+			}
+			if (stream_now && !streams[stream_now])
+				rc = CALL(f_p, "hipStreamCreate", &streams[stream_now]);
 		} else if (!strcmp(step, "launch")) {
 			rc = launch();
 		} else if (!strcmp(step, "launch@thread")) {

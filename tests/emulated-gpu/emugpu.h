@@ -198,6 +198,7 @@ int kfd_update_queue(unsigned id);
 void arm_from_env(void);
 int take_fault(unsigned q, const uint8_t *pkt);
 void reset_if_due(void);
+void late_fault_if_due(void);
 
 /* drm.c */
 int drm_ioctl(int fd, unsigned long req, void *arg);

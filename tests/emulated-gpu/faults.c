@@ -46,6 +46,12 @@
  * written to the log as {"reset": "gpu", ...} and said on stderr. Without
  * EMUGPU_RESET_AFTER nothing resets: a test bounds the program's run time itself.
  *
+ * EMUGPU_FAULT_DELAY=SECONDS makes a memory fault (vm, vm-read-only, vm-imprecise) come late
+ * in its kernel's run, as a kernel that works a while before its bad access: the dispatch is
+ * taken and its queue consumes nothing more (its read index stays at that packet), the
+ * other queues go on, and SECONDS later the fault is delivered as above. Without it the
+ * fault comes as the dispatch is taken.
+ *
  * EMUGPU_FAULT_AFTER=N (with EMUGPU_FAULT) lets N kernel dispatches complete first, so that
  * a program that cannot call emugpu_fault (a real application) faults in the middle of its
  * run: the (N+1)-th dispatch takes the fault. emugpu_fault() arms for the very next one.
@@ -66,6 +72,15 @@ static struct {
 	uint64_t va; /* 0: the first kernel argument */
 	unsigned long after; /* dispatches to let complete before taking it */
 } armed;
+
+/* A memory fault delivered late (EMUGPU_FAULT_DELAY): the delay, and the one pending. */
+static struct {
+	uint64_t delay_ns;
+	uint64_t due_ns; /* CLOCK_MONOTONIC; 0: none pending */
+	unsigned q;
+	int kind;
+	uint64_t va;
+} late;
 
 /* The GPU reset (above): EMUGPU_RESET_AFTER, and when the next one is due. */
 static struct {
@@ -105,7 +120,16 @@ static int arm(const char *kind, uint64_t va, unsigned long after)
  * one stops the process. */
 void arm_from_env(void)
 {
-	const char *spec = getenv("EMUGPU_FAULT"), *r = getenv("EMUGPU_RESET_AFTER");
+	const char *spec = getenv("EMUGPU_FAULT"), *r = getenv("EMUGPU_RESET_AFTER"),
+		   *d = getenv("EMUGPU_FAULT_DELAY");
+	if (d && *d) {
+		char *end = NULL;
+		errno = 0;
+		double s = strtod(d, &end);
+		if (errno || *end || !(s >= 0 && s < 1e6) || *d == '-' || *d == '+' || *d == ' ')
+			die("EMUGPU_FAULT_DELAY=%s: expected a number of seconds", d);
+		late.delay_ns = (uint64_t)(s * 1e9);
+	}
 	char kind[32];
 	uint64_t va = 0;
 	if (r && *r) {
@@ -158,6 +182,24 @@ static uint64_t first_kernarg(const uint8_t *pkt)
 	return v;
 }
 
+/* The memory event as KFD signals it (above), and the process's queues evicted. S.lock held. */
+static void deliver_memory_fault(unsigned q, int kind, uint64_t va)
+{
+	struct kfd_hsa_memory_exception_data m;
+	memset(&m, 0, sizeof m);
+	m.gpu_id = S.q[q].gpu_id;
+	m.va = va;
+	m.failure.NotPresent = kind == F_VM;
+	m.failure.ReadOnly = kind == F_VM_RO;
+	m.failure.imprecise = kind == F_VM_IMPRECISE;
+	for (unsigned i = 0; i < MAXOEV; i++)
+		if (S.oev[i].used && S.oev[i].type == KFD_IOC_EVENT_MEMORY) {
+			S.oev[i].mem = m;
+			S.oev[i].signaled = 1;
+		}
+	S.evicted = 1;
+}
+
 /* Called by the packet processor with a kernel dispatch packet of queue q: 1 when a fault
  * was armed and is now delivered (the packet stays unconsumed), 0 otherwise. The log line
  * is written first: the runtime may end the process as soon as the fault is delivered. */
@@ -199,6 +241,8 @@ int take_fault(unsigned q, const uint8_t *pkt)
 	    __atomic_add_fetch(&S.seq, 1, __ATOMIC_RELAXED), FAULT_NAMES[kind], q, S.q[q].gpu_id, va);
 	if ((hang || silent) && reset.after)
 		put(&o, ",\"reset_after\":\"%s\"", reset.after);
+	if (memory && late.delay_ns)
+		put(&o, ",\"delivered_after_ns\":%" PRIu64, late.delay_ns);
 	if (!memory && !hang)
 		put(&o, ",\"inactive_signal\":\"0x%" PRIx64 "\",\"signalled\":%s", sig, silent ? "false" : "true");
 	emit(&o);
@@ -215,20 +259,14 @@ int take_fault(unsigned q, const uint8_t *pkt)
 		reset.gpu_id = S.q[q].gpu_id;
 		__atomic_store_n(&reset.due_ns, now_ns(CLOCK_MONOTONIC) + reset.after_ns, __ATOMIC_RELEASE);
 	}
-	if (memory) {
-		struct kfd_hsa_memory_exception_data m;
-		memset(&m, 0, sizeof m);
-		m.gpu_id = S.q[q].gpu_id;
-		m.va = va;
-		m.failure.NotPresent = kind == F_VM;
-		m.failure.ReadOnly = kind == F_VM_RO;
-		m.failure.imprecise = kind == F_VM_IMPRECISE;
-		for (unsigned i = 0; i < MAXOEV; i++)
-			if (S.oev[i].used && S.oev[i].type == KFD_IOC_EVENT_MEMORY) {
-				S.oev[i].mem = m;
-				S.oev[i].signaled = 1;
-			}
-		S.evicted = 1;
+	if (memory && late.delay_ns) {
+		late.q = q;
+		late.kind = kind;
+		late.va = va;
+		__atomic_store_n(&late.due_ns, now_ns(CLOCK_MONOTONIC) + late.delay_ns, __ATOMIC_RELEASE);
+		S.q[q].halted = 1;
+	} else if (memory) {
+		deliver_memory_fault(q, kind, va);
 	} else if (silent || hang) {
 		S.q[q].halted = 1;
 	} else {
@@ -247,6 +285,25 @@ int take_fault(unsigned q, const uint8_t *pkt)
 	pthread_cond_broadcast(&S.ev_cond);
 	pthread_mutex_unlock(&S.lock);
 	return 1;
+}
+
+/* Called by the packet processor on each of its rounds: a late memory fault (above), when
+ * it is due. */
+void late_fault_if_due(void)
+{
+	uint64_t due = __atomic_load_n(&late.due_ns, __ATOMIC_ACQUIRE);
+	if (!due || now_ns(CLOCK_MONOTONIC) < due)
+		return;
+	pthread_mutex_lock(&S.lock);
+	late.due_ns = 0;
+	struct out o;
+	o.n = 0;
+	put(&o, "{\"seq\":%lu,\"fault\":\"delivered\",\"queue_id\":%u",
+	    __atomic_add_fetch(&S.seq, 1, __ATOMIC_RELAXED), late.q);
+	emit(&o);
+	deliver_memory_fault(late.q, late.kind, late.va);
+	pthread_cond_broadcast(&S.ev_cond);
+	pthread_mutex_unlock(&S.lock);
 }
 
 /* Called by the packet processor on each of its rounds: the GPU reset (above), when one is

@@ -84,6 +84,7 @@ static void *processor(void *unused)
 				busy = 1;
 			}
 		}
+		late_fault_if_due();
 		reset_if_due();
 		if (!busy)
 			usleep(50);

@@ -908,6 +908,19 @@ EXPORT int hipFree(void *ptr)
     return rc;
 }
 
+/* hipDeviceSynchronize, hipStreamSynchronize (hip_4.2): nothing to wait for; answer 0 at
+ * once. Not recorded (they are on the benchmark's hot path: the watchdog's marks). */
+EXPORT int hipDeviceSynchronize(void)
+{
+    return 0;
+}
+
+EXPORT int hipStreamSynchronize(void *stream)
+{
+    (void)stream;
+    return 0;
+}
+
 EXPORT int hipHostFree(void *ptr)
 {
     CALL_BEGIN();
