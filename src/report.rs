@@ -524,10 +524,14 @@ fn code_objects(stats: &Value) -> String {
             "\nUnder `HSA_OVERRIDE_GFX_VERSION` on a gfx1010-gfx1013 card, gfx103x code fixed in \
              place (`s_inst_prefetch` and `s_clause` around an NSA image instruction became \
              `s_nop 0`; `RMCP_OVERRIDE_FIXES`): {} code objects fixed ({} instructions), {} \
-             loaded as they were with a warning.\n",
+             loaded as they were with a warning; of the fat binaries registered at start-up, \
+             {} read and {} left as they were (a bound, a compressed bundle that does not say \
+             its size, GPUs that would load different entries).\n",
             n("fixed"),
             n("instructions_fixed"),
-            n("warned")
+            n("warned"),
+            n("fat_binaries"),
+            n("fat_binaries_left")
         );
     }
     s

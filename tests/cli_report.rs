@@ -200,7 +200,9 @@ fn the_load_time_fix_counts_are_shown() {
     std::fs::write(
         &stats,
         r#"{"calls": {}, "faults": [], "buffer_descriptors": {"scanned": 7, "unreadable": 1,
-           "broken": 3, "fixed": 2, "warned": 1, "instructions_fixed": 5, "fallbacks": 0}}"#,
+           "broken": 3, "fixed": 2, "warned": 1, "instructions_fixed": 5, "fallbacks": 0},
+           "override_fixes": {"fixed": 3, "instructions_fixed": 9, "warned": 1,
+           "fat_binaries": 40, "fat_binaries_left": 6}}"#,
     )
     .unwrap();
     let out = rmcp()
@@ -214,6 +216,11 @@ fn the_load_time_fix_counts_are_shown() {
         md.contains("7 scanned, 1 unreadable, 3 broken, 2 fixed (5 instructions), 1 loaded as they were with a warning, 0 fixed copies refused"),
         "{md}"
     );
+    // The in-place fixes under an override, the fat binaries registered at start-up too.
+    assert!(
+        md.contains("3 code objects fixed (9 instructions), 1 loaded as they were with a warning; of the fat binaries registered at start-up, 40 read and 6 left as they were"),
+        "{md}"
+    );
     let out = rmcp()
         .args(["report", "--no-check", "--json", "--stats"])
         .arg(&stats)
@@ -221,6 +228,8 @@ fn the_load_time_fix_counts_are_shown() {
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["faults"]["buffer_descriptors"]["instructions_fixed"], 5);
+    assert_eq!(v["faults"]["override_fixes"]["fat_binaries"], 40);
+    assert_eq!(v["faults"]["override_fixes"]["fat_binaries_left"], 6);
 }
 
 #[test]

@@ -766,3 +766,61 @@ int main() {
         .unwrap_or_else(|| panic!("no sites line for the kernel\n{ctx}"));
     assert!(line.contains("vcmpx-exec-war-hazard "), "{line}\n{ctx}");
 }
+
+/// Issue 40 item 2 and the fault block: a fat binary whose gfx1030 entry the runtime was
+/// handed fixed in place (`s_inst_prefetch` as `s_nop 0`) faults in its kernel under
+/// HSA_OVERRIDE_GFX_VERSION=10.3.0 on the emulated gfx1010: the block's sites for the
+/// kernel are those of the code the GPU got (no `inst-fwd-prefetch-bug`, the other sites
+/// still named); with RMCP_OVERRIDE_FIXES=warn (the code as built) it names the prefetch.
+#[test]
+fn under_the_override_a_fixed_fat_binarys_sites_are_those_the_gpu_got() {
+    let Some((lib, hipcc)) = emugpu_with_hipcc() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = hipcc_build_for(
+        "gfx1030",
+        &hipcc,
+        dir.path(),
+        "prefetch",
+        r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+__global__ void scale(int *p, int n) {
+    asm volatile("s_inst_prefetch 0x1");
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i + 1] = p[i + 1] * 3 + 1;
+}
+int main() {
+    int *d = 0;
+    if (hipMalloc((void **)&d, 4096) != hipSuccess) return 3;
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0) != 0) return 5;
+    scale<<<1, 64>>>(d, 100);
+    printf("sync: %d\n", (int)hipDeviceSynchronize());
+    return 0;
+}
+"#,
+    );
+    let sites = |setting: &str| -> String {
+        let fixes = format!("RMCP_OVERRIDE_FIXES={setting}");
+        let args = [
+            "env".as_ref(),
+            "HSA_OVERRIDE_GFX_VERSION=10.3.0".as_ref(),
+            fixes.as_ref(),
+            exe.as_os_str(),
+        ];
+        let (block, ctx) = explained(|shim| run(&lib, dir.path(), shim, &args));
+        block
+            .lines()
+            .find(|l| l.contains("    _Z5scalePii: "))
+            .unwrap_or_else(|| panic!("{setting}: no sites line for the kernel\n{ctx}"))
+            .to_string()
+    };
+    let fixed = sites("fix");
+    assert!(!fixed.contains("inst-fwd-prefetch-bug"), "{fixed}");
+    assert!(fixed.contains("vcmpx-exec-war-hazard "), "{fixed}");
+    let warned = sites("warn");
+    assert!(warned.contains("inst-fwd-prefetch-bug"), "{warned}");
+}

@@ -31,7 +31,8 @@
 //! - Issue 40: under HSA_OVERRIDE_GFX_VERSION=10.3.0 on the emulated gfx1010, a gfx1030
 //!   module with `s_inst_prefetch` reaches the GPU with `s_nop 0` there and every other byte
 //!   as it was: on 5.2.3 by name (`warn`, `off`, an RDNA2 card and hipModuleLoad: as it
-//!   was), on 6.4.3 and 7.2.4 through hipGetProcAddress.
+//!   was), on 6.4.3 and 7.2.4 through hipGetProcAddress; and so does the fat binary a
+//!   hipcc-built gfx1030 program registers at start-up, on all three runtimes.
 //!
 //! Skipped without the real runtime, the emulator, hipcc, Triton (scripts/triton-venv) or
 //! the 7.2.4 root (which also needs root, for chroot); a failure under
@@ -233,6 +234,19 @@ fn run5(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> Ran {
+    run_on(lib, dir, fixture, shim, env, &module_load_program(5), args)
+}
+
+/// `PROGRAM ARGS` on ROCm 5.2.3 on the emulated GPU (`run5`).
+fn run_on(
+    lib: &Path,
+    dir: &Path,
+    fixture: &str,
+    shim: bool,
+    env: &[(&str, &str)],
+    program: &Path,
+    args: &[&str],
+) -> Ran {
     let dump = dir.join("dump.bin");
     let stats = dir.join("stats.json");
     let _ = std::fs::remove_file(&dump);
@@ -241,7 +255,7 @@ fn run5(
     cmd.args(["--fixture", fixture, "--log"])
         .arg(dir.join("emu.jsonl"))
         .arg("--")
-        .arg(module_load_program(5))
+        .arg(program)
         .args(args)
         .env("EMUGPU_LIB", lib)
         .env("EMUGPU_CODE_DUMP", &dump)
@@ -258,7 +272,7 @@ fn run5(
             .env("RMCP_STATS_FILE", &stats);
     }
     cmd.envs(env.iter().copied());
-    let out = output_within(&mut cmd, Duration::from_secs(120)).expect("module_load5");
+    let out = output_within(&mut cmd, Duration::from_secs(120)).expect("a run on the emulated GPU");
     Ran {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -979,5 +993,357 @@ fn on_5_2_3_a_fixed_module_unloaded_while_another_holds_the_same_image_keeps_the
         with.stats["calls"]["hipModuleUnload"]["calls"], 2,
         "{}",
         with.stats
+    );
+}
+
+/// The program of the fat-binary tests: hipcc builds it for gfx1030 only, so its constructor
+/// registers (`__hipRegisterFatBinary`) a bundle whose gfx1030 entry holds one
+/// `s_inst_prefetch`. `hipFuncGetAttributes` makes the runtime load that entry on the GPU
+/// (it reads a fat binary's code lazily, at a kernel's first use); then the emulator dumps
+/// what the GPU can see.
+const FATBIN_PROGRAM: &str = r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+extern "C" __global__ void prefetching(int *p) {
+  asm volatile("s_inst_prefetch 0x1");
+  p[threadIdx.x] = 1;
+}
+int main() {
+  union { hipFuncAttributes a; char room[4096]; } u;
+  hipError_t rc = hipFuncGetAttributes(&u.a, (const void *)prefetching);
+  printf("attributes rc=%d\n", (int)rc);
+  void (*dump)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "emugpu_dump_code");
+  if (dump) dump();
+  fflush(stdout);
+  return rc != hipSuccess;
+}
+"#;
+
+/// What [`FATBIN_PROGRAM`] prints when its kernel loads.
+const ATTRIBUTES: &str = "attributes rc=0\n";
+
+/// [`FATBIN_PROGRAM`] built by hipcc into `dir` for gfx1030, and its gfx1030 entry's
+/// `.text` as built and with `s_nop 0` for `s_inst_prefetch` (read from the executable's
+/// `.hip_fatbin`). None: no hipcc (a skip).
+fn fatbin_program(dir: &Path) -> Option<(PathBuf, Code)> {
+    use rmcp_core::code_objects::{self as co, pick};
+    let hipcc = hipcc()?;
+    let src = dir.join("fatbin.hip");
+    std::fs::write(&src, FATBIN_PROGRAM).unwrap();
+    let exe = dir.join("fatbin_program");
+    let out = Command::new(hipcc)
+        .args(["--offload-arch=gfx1030", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run hipcc");
+    assert!(
+        out.status.success(),
+        "hipcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = std::fs::File::open(&exe).unwrap();
+    let section = co::find_section(&f, co::FATBIN_SECTION)
+        .unwrap()
+        .expect("a .hip_fatbin");
+    let isa = rmcp_core::gfx::Gfx::parse("gfx1030").unwrap();
+    let pick::Got::Object { bytes, .. } = pick::read_object(
+        &f,
+        section.offset,
+        section.offset + section.size,
+        &co::Device::from_gfx(isa),
+        isa,
+        1 << 30,
+    ) else {
+        panic!("no gfx1030 entry in the program's fat binary");
+    };
+    let original = text_of(&bytes);
+    let fixed = prefetch_fixed(&original);
+    assert_ne!(original, fixed, "the kernel holds s_inst_prefetch");
+    Some((exe, Code { original, fixed }))
+}
+
+/// The shim's lines about gfx103x code under the override.
+fn said_gfx103x(r: &Ran) -> Vec<&str> {
+    r.stderr
+        .lines()
+        .filter(|l| l.starts_with("rmcp[") && l.contains("gfx103x code"))
+        .collect()
+}
+
+/// The report's `override_fixes.FIELD` (u64::MAX when absent).
+fn override_count(r: &Ran, field: &str) -> u64 {
+    r.stats["override_fixes"][field]
+        .as_u64()
+        .unwrap_or(u64::MAX)
+}
+
+/// One run of [`FATBIN_PROGRAM`] on a runtime: (fixture, shim, environment).
+type FatbinRun<'a> = &'a dyn Fn(&str, bool, &[(&str, &str)]) -> Ran;
+
+/// What each setting of RMCP_OVERRIDE_FIXES must make of [`FATBIN_PROGRAM`] on the emulated
+/// gfx1010 under HSA_OVERRIDE_GFX_VERSION=10.3.0, and the RDNA2 card under the same
+/// override; `run(fixture, shim, env)` runs it on one runtime.
+#[track_caller]
+fn fatbin_settings(code: &Code, what: &str, run: FatbinRun) {
+    let over = ("HSA_OVERRIDE_GFX_VERSION", "10.3.0");
+    let none = run("rdna1", false, &[over]);
+    assert_eq!(
+        none.stdout, ATTRIBUTES,
+        "{what} without rmcp: {}",
+        none.stderr
+    );
+    assert_eq!(
+        seen(&none.dump, code),
+        Seen::Original,
+        "{what} without rmcp"
+    );
+
+    let with = run("rdna1", true, &[over]);
+    assert_eq!(with.stdout, ATTRIBUTES, "{what} with rmcp: {}", with.stderr);
+    assert_eq!(
+        seen(&with.dump, code),
+        Seen::Fixed,
+        "{what}: {}",
+        with.stderr
+    );
+    assert_eq!(
+        (
+            override_count(&with, "fixed"),
+            override_count(&with, "instructions_fixed"),
+            override_count(&with, "fat_binaries"),
+            override_count(&with, "fat_binaries_left"),
+        ),
+        (1, 1, 1, 0),
+        "{what}: {}",
+        with.stats
+    );
+    let s = said_gfx103x(&with);
+    assert!(
+        s.len() == 1
+            && s[0].contains("__hipRegisterFatBinary (from ")
+            && s[0].contains("fatbin_program")
+            && s[0].contains("1 s_inst_prefetch")
+            && s[0].contains("became s_nop 0"),
+        "{what}: {s:?}"
+    );
+
+    let warn = run("rdna1", true, &[over, ("RMCP_OVERRIDE_FIXES", "warn")]);
+    assert_eq!(warn.stdout, ATTRIBUTES, "{what} warn: {}", warn.stderr);
+    assert_eq!(seen(&warn.dump, code), Seen::Original, "{what} warn");
+    assert_eq!(
+        (
+            override_count(&warn, "fixed"),
+            override_count(&warn, "warned")
+        ),
+        (0, 1),
+        "{what} warn"
+    );
+    let s = said_gfx103x(&warn);
+    assert!(
+        s.len() == 1 && s[0].contains("would become s_nop 0"),
+        "{what} warn: {s:?}"
+    );
+
+    let off = run("rdna1", true, &[over, ("RMCP_OVERRIDE_FIXES", "off")]);
+    assert_eq!(off.stdout, ATTRIBUTES, "{what} off: {}", off.stderr);
+    assert_eq!(seen(&off.dump, code), Seen::Original, "{what} off");
+    // Nothing read, nothing done: no report at all (no hooked call built the shim's state),
+    // or one that counts nothing.
+    assert!(
+        off.stats.is_null()
+            || (
+                override_count(&off, "fixed"),
+                override_count(&off, "fat_binaries")
+            ) == (0, 0),
+        "{what} off: nothing read: {}",
+        off.stats
+    );
+    assert!(said_gfx103x(&off).is_empty(), "{what} off: {}", off.stderr);
+
+    // An RDNA2 card (gfx1031) under the same override runs its own family's code.
+    let rdna2 = run("rdna2", true, &[over]);
+    assert_eq!(rdna2.stdout, ATTRIBUTES, "{what} rdna2: {}", rdna2.stderr);
+    assert_eq!(seen(&rdna2.dump, code), Seen::Original, "{what} rdna2");
+    assert_eq!(
+        (
+            override_count(&rdna2, "fixed"),
+            override_count(&rdna2, "fat_binaries")
+        ),
+        (0, 0),
+        "{what} rdna2"
+    );
+    assert!(
+        said_gfx103x(&rdna2).is_empty(),
+        "{what} rdna2: {}",
+        rdna2.stderr
+    );
+}
+
+/// Issue 40 item 2 on ROCm 5.2.3: the fat binary a hipcc-built gfx1030 program registers
+/// at start-up reaches the emulated gfx1010, under HSA_OVERRIDE_GFX_VERSION=10.3.0, with
+/// `s_nop 0` where its kernel had `s_inst_prefetch` and every other byte of its code as
+/// built (the runtime is handed a private bundle of that one entry); `warn` says so and
+/// changes nothing, `off` is silent and changes nothing, and the RDNA2 card under the same
+/// override gets the code as built.
+#[test]
+fn on_5_2_3_a_fat_binary_registered_at_start_gets_its_prefetch_fixed_only_on_rdna1() {
+    let (Some(_), Some(lib)) = (real_runtime(), emugpu_lib()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Some((exe, code)) = fatbin_program(d) else {
+        return;
+    };
+    fatbin_settings(&code, "5.2.3", &|fixture, shim, env| {
+        run_on(&lib, d, fixture, shim, env, &exe, &[])
+    });
+}
+
+/// Issue 40 item 2 on ROCm 6.4.3 (sid) and 7.2.4 (exp): the same program, its runtime
+/// library named libamdhip64.so.5 in the root (a link to the root's .so.6 or .so.7; the
+/// functions it calls are at the same version, hip_4.2, in all three), as on 5.2.3.
+#[test]
+fn on_6_4_3_and_7_2_4_a_fat_binary_registered_at_start_gets_its_prefetch_fixed_only_on_rdna1() {
+    let Some(lib) = emugpu_lib() else {
+        return;
+    };
+    let built = tempfile::tempdir().unwrap();
+    let Some((exe, code)) = fatbin_program(built.path()) else {
+        return;
+    };
+    for (root_name, so) in [("sid", "libamdhip64.so.6"), ("exp", "libamdhip64.so.7")] {
+        let Some(root) = compat_root(root_name) else {
+            return;
+        };
+        let dir = root_dir(&root, &lib, &format!("fatbin-{root_name}"));
+        dir.copy(&exe, "fatbin_program");
+        dir.copy(&repo().join("tests/fixtures/rdna2"), "rdna2");
+        std::fs::create_dir(dir.host().join("lib")).unwrap();
+        std::os::unix::fs::symlink(
+            format!("/usr/lib/x86_64-linux-gnu/{so}"),
+            dir.host().join("lib/libamdhip64.so.5"),
+        )
+        .unwrap();
+        let inside = |name: &str| dir.inside.join(name).display().to_string();
+        fatbin_settings(&code, root_name, &|fixture, shim, env| {
+            let mut vars = root_env(&dir, fixture, shim, "fatbin");
+            vars.push(("LD_LIBRARY_PATH", inside("lib")));
+            vars.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+            root_ran(
+                &dir,
+                "fatbin",
+                &mut dir.command(&vars, &inside("fatbin_program"), &[]),
+            )
+        });
+    }
+}
+
+/// Issue 40 item 2, a machine with an RX 5700 XT (gfx1010, node 1) and an RX 7900 (gfx1100,
+/// node 2: tests/fixtures/mixed, read by rmcp through RMCP_SYSFS_ROOT; no GPU is opened,
+/// the runtime finds none and the program's call fails as it does without rmcp): a program
+/// with gfx1030 and gfx1100 entries. With the override for node 1 alone
+/// (HSA_OVERRIDE_GFX_VERSION_1=10.3.0) the two GPUs would load different entries: the fat
+/// binary is handed on as it is, said once, counted in `fat_binaries_left`. With the
+/// override for both, both load the gfx1030 entry: a private copy of it is handed on.
+#[test]
+fn on_5_2_3_gpus_that_would_load_different_entries_leave_the_fat_binary_as_it_is() {
+    let (Some(_), Some(hipcc)) = (real_runtime(), hipcc()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("two.hip");
+    // gfx1100 has no s_inst_prefetch; -nogpulib: Debian's hipcc has no gfx1100 device
+    // library, which this kernel does not need.
+    let source = FATBIN_PROGRAM
+        .replace(
+            "  asm volatile(\"s_inst_prefetch 0x1\");\n",
+            "#if defined(__gfx1030__)\n  asm volatile(\"s_inst_prefetch 0x1\");\n#endif\n",
+        )
+        .replace("p[threadIdx.x]", "p[__builtin_amdgcn_workitem_id_x()]");
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.path().join("two_targets");
+    let out = Command::new(hipcc)
+        .args([
+            "--offload-arch=gfx1030",
+            "--offload-arch=gfx1100",
+            "-nogpulib",
+            "-O1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run hipcc");
+    assert!(
+        out.status.success(),
+        "hipcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats = dir.path().join("stats.json");
+    let run = |shim: bool, env: &[(&str, &str)]| -> Ran {
+        let _ = std::fs::remove_file(&stats);
+        let mut cmd = Command::new(&exe);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("RMCP_") || k.starts_with("HSA_OVERRIDE_GFX_VERSION") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env_remove("LD_PRELOAD")
+            .env("RMCP_SYSFS_ROOT", fixture("mixed"))
+            .envs(env.iter().copied());
+        if shim {
+            cmd.env("LD_PRELOAD", shim_path())
+                .env("RMCP_STATS_FILE", &stats);
+        }
+        let out = output_within(&mut cmd, Duration::from_secs(120)).expect("the program");
+        Ran {
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            dump: Vec::new(),
+            stats: std::fs::read(&stats)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(serde_json::Value::Null),
+        }
+    };
+    let node1 = [("HSA_OVERRIDE_GFX_VERSION_1", "10.3.0")];
+    let none = run(false, &node1);
+    let with = run(true, &node1);
+    assert!(none.stdout.starts_with("attributes rc="), "{}", none.stderr);
+    assert_eq!(with.stdout, none.stdout, "{}", with.stderr);
+    assert_eq!(
+        (
+            override_count(&with, "fat_binaries"),
+            override_count(&with, "fat_binaries_left"),
+            override_count(&with, "fixed"),
+        ),
+        (0, 1, 0),
+        "{}",
+        with.stats
+    );
+    let said: Vec<&str> = with
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rmcp[") && l.contains("__hipRegisterFatBinary"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("would load different entries"),
+        "{said:?}"
+    );
+
+    let both = run(true, &[("HSA_OVERRIDE_GFX_VERSION", "10.3.0")]);
+    assert_eq!(both.stdout, none.stdout, "{}", both.stderr);
+    assert_eq!(
+        (
+            override_count(&both, "fat_binaries"),
+            override_count(&both, "fat_binaries_left"),
+            override_count(&both, "fixed"),
+            override_count(&both, "instructions_fixed"),
+        ),
+        (1, 0, 1, 1),
+        "{}",
+        both.stats
     );
 }

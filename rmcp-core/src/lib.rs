@@ -29,6 +29,7 @@ pub mod classify;
 pub mod code_objects;
 pub mod config;
 pub mod dispatch;
+pub mod fatbin;
 pub mod fault;
 pub mod gfx;
 pub mod gfx10;

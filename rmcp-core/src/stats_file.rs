@@ -133,6 +133,8 @@ const OVERRIDE_FIXES: &[(&str, Type)] = &[
     ("fixed", Type::Count),
     ("instructions_fixed", Type::Count),
     ("warned", Type::Count),
+    ("fat_binaries", Type::Count),
+    ("fat_binaries_left", Type::Count),
 ];
 
 /// The JSON type of `v`, as a sentence names it.

@@ -15,7 +15,8 @@
 //! at a fault that lists one, the library it came from is read then ([`scan_libraries`]):
 //! of each offload bundle in its `.hip_fatbin`, only the entry the runtime loads for the
 //! override's ISA (`code_objects::pick`), at most [`FAULT_BYTES`] of code objects and
-//! [`FAULT_TIME`] per fault, each library once per process.
+//! [`FAULT_TIME`] per fault, each library once per process; an entry the runtime was handed
+//! fixed in place (`fatbin`) is scanned as fixed, as the GPU got it.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -38,7 +39,7 @@ pub(crate) fn card(topology: Option<&Topology>) -> Option<Gfx> {
 }
 
 /// That card, and the ISA the override makes the runtime load code for.
-fn card_and_isa(topology: Option<&Topology>) -> Option<(Gfx, Gfx)> {
+pub(crate) fn card_and_isa(topology: Option<&Topology>) -> Option<(Gfx, Gfx)> {
     topology?.gpus.iter().find_map(|g| {
         let value = OverrideValue::parse(&crate::report::override_now(g.node)?)?;
         (override_effect(g.gfx, value.gfx()) == OverrideEffect::Rdna1AsRdna2)
@@ -111,9 +112,41 @@ fn scan_library(path: &str, card: Gfx, isa: Gfx, started: std::time::Instant, bu
             pick::read_object(&f, b.offset, end, &dev, isa, *budget)
         {
             *budget = budget.saturating_sub(bytes.len() as u64);
-            scan_loaded(card, &bytes);
+            // The code the GPU got: the runtime was handed it fixed in place (`fatbin`).
+            let fixed = was_fixed(&bytes)
+                .then(|| gfx101x::in_place_fixes(&bytes, card).ok())
+                .flatten()
+                .and_then(|found| gfx101x::apply(&bytes, &found.fixes));
+            scan_loaded(card, fixed.as_deref().unwrap_or(&bytes));
         }
     }
+}
+
+/// The code objects of fat binaries the runtime was handed fixed in place (`fatbin`), by
+/// the length and hash of their bytes as the library has them: a fault that reads one from
+/// its library scans it as the GPU got it. At most [`MAX_KERNELS`] kept.
+static FIXED: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+fn content_key(object: &[u8]) -> (usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    object.hash(&mut h);
+    (object.len(), h.finish())
+}
+
+/// `original` (a fat binary's entry) was handed to the runtime with its in-place fixes.
+pub(crate) fn fixed_in_place(original: &[u8]) {
+    let key = content_key(original);
+    if let Ok(mut fixed) = FIXED.try_lock() {
+        if fixed.len() < MAX_KERNELS && !fixed.contains(&key) {
+            fixed.push(key);
+        }
+    }
+}
+
+fn was_fixed(object: &[u8]) -> bool {
+    let key = content_key(object);
+    FIXED.try_lock().is_ok_and(|f| f.contains(&key))
 }
 
 /// Scans a loaded image for `card` and keeps its kernels' sites.
@@ -153,6 +186,38 @@ pub(crate) fn sites_of<'a>(names: impl Iterator<Item = &'a str>) -> Vec<KernelSi
         }
     }
     out
+}
+
+/// "N s_inst_prefetch (gfx101x hangs on it) and N s_clause around an NSA image
+/// instruction": what the in-place fixes of `found` change.
+pub(crate) fn fixable_text(found: &gfx101x::InPlace) -> String {
+    let n = |bug: gfx101x::Bug| found.fixes.iter().filter(|f| f.bug == bug).count();
+    format!(
+        "{} s_inst_prefetch (gfx101x hangs on it) and {} s_clause around an NSA image \
+         instruction",
+        n(gfx101x::Bug::InstFwdPrefetch),
+        n(gfx101x::Bug::NsaClause)
+    )
+}
+
+/// What no in-place fix of `found` covers, per bug, or "nothing else".
+pub(crate) fn left_text(found: &gfx101x::InPlace) -> String {
+    let mut rest: Vec<String> = gfx101x::Bug::ALL
+        .iter()
+        .filter(|b| found.left[b.index()] > 0)
+        .map(|b| format!("{} {}", b.mattr(), found.left[b.index()]))
+        .collect();
+    if found.otherwise > 0 {
+        rest.push(format!(
+            "{} instructions it decodes otherwise",
+            found.otherwise
+        ));
+    }
+    if rest.is_empty() {
+        "nothing else".to_string()
+    } else {
+        rest.join(", ")
+    }
 }
 
 #[cfg(test)]

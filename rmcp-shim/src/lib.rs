@@ -40,9 +40,14 @@
 //!   watchdog (RMCP_HANG_AFTER) over the synchronizing calls;
 //! - `handout`: what a lookup hands out in place of a runtime's function (the front's
 //!   export or a copy's own entry), and where a call no calling object places goes;
+//! - `fatbin`: the fat binaries registered at start-up under an override that makes a
+//!   gfx1010-gfx1013 card run gfx103x code (a private copy of the entry the runtime loads,
+//!   fixed in place);
 //! - `observed`: the entries of the observed functions (launches, graph calls,
-//!   `__hipRegisterFunction`, `hsa_queue_create`, `hsa_executable_freeze`), ordinary and per-copy, which record one
-//!   fact and go on untouched;
+//!   `__hipRegisterFunction`, `__hipRegisterFatBinary`, `hsa_queue_create`,
+//!   `hsa_executable_freeze`), ordinary and per-copy, which record one fact and go on
+//!   untouched (but a queue's callback and, under such an override, a fat binary's
+//!   wrapper);
 //! - `intercept`: what every hook does (decide, forward, fall back, count);
 //! - `module_load`: what the module-load hooks do with a code object (the load-time fix of
 //!   broken buffer descriptors);
@@ -83,6 +88,7 @@ mod fault;
 mod queues;
 mod watchdog;
 mod handout;
+mod fatbin;
 mod observed;
 mod intercept;
 mod module_load;

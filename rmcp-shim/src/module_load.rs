@@ -554,35 +554,14 @@ fn after_overrides(
     if SAID_OVERRIDE.swap(true, Relaxed) {
         return;
     }
-    let n = |bug: gfx101x::Bug| found.fixes.iter().filter(|f| f.bug == bug).count();
     let what = format!(
         "{} (from {}) loaded gfx103x code that this {} runs under HSA_OVERRIDE_GFX_VERSION",
         call.hook.name(),
         describe_caller(caller),
         o.card
     );
-    let fixable = format!(
-        "{} s_inst_prefetch (gfx101x hangs on it) and {} s_clause around an NSA image \
-         instruction",
-        n(gfx101x::Bug::InstFwdPrefetch),
-        n(gfx101x::Bug::NsaClause)
-    );
-    let mut rest: Vec<String> = gfx101x::Bug::ALL
-        .iter()
-        .filter(|b| found.left[b.index()] > 0)
-        .map(|b| format!("{} {}", b.mattr(), found.left[b.index()]))
-        .collect();
-    if found.otherwise > 0 {
-        rest.push(format!(
-            "{} instructions it decodes otherwise",
-            found.otherwise
-        ));
-    }
-    let rest = if rest.is_empty() {
-        "nothing else".to_string()
-    } else {
-        rest.join(", ")
-    };
+    let fixable = crate::gfx101x::fixable_text(found);
+    let rest = crate::gfx101x::left_text(found);
     let done = if fixes == 0 {
         "nothing in it can be fixed in place".to_string()
     } else if applied {

@@ -1,6 +1,6 @@
 //! The entries of the observed functions (`rmcp_sys::observed_functions!`): launches, graph
-//! calls (`graphs`), `__hipRegisterFunction`, `hsa_queue_create`, `hsa_executable_freeze`.
-//! Each entry saves the six
+//! calls (`graphs`), `__hipRegisterFunction`, `__hipRegisterFatBinary`, `hsa_queue_create`,
+//! `hsa_executable_freeze`. Each entry saves the six
 //! argument registers and rax, calls [`observe`] with them and its row's index, restores them
 //! and jumps to the function `observe` returns, with the stack as the caller left it:
 //! whatever the function's arguments (dim3 structs, arguments on the stack), the callee
@@ -8,7 +8,8 @@
 //! caller would have reached: `binding`, as for the hooked functions), records its fact
 //! (`launches`, `graphs`, `queues`, `kernel_objects`) and, for `hsa_queue_create`, puts the
 //! wrapped callback in place of the caller's (rcx) and goes on through `dispatches`' wrapper of
-//! the function, which records the queue it created.
+//! the function, which records the queue it created; for `__hipRegisterFatBinary`, under an
+//! override, maybe a private wrapper in place of the caller's (rdi: `fatbin`).
 //!
 //! A launch costs the front's jump, this entry and `observe`'s binding lookup and ring
 //! record: no lock, no heap, no system call (`docs/performance.md`). A lookup by name of an
@@ -324,6 +325,11 @@ fn record(o: Observed, saved: &mut Saved, copy: Option<&'static crate::copies::C
         Observed::HipRegisterFunction => {
             // At load, before the runtime is open: nothing to watch yet.
             launches::name_stub(saved.rsi, saved.rcx);
+            return;
+        }
+        Observed::HipRegisterFatBinary => {
+            // At start-up: under an override, maybe a private copy of the entry to load.
+            saved.rdi = crate::fatbin::register(saved.rdi, saved.ret);
             return;
         }
         Observed::HsaExecutableFreeze => {

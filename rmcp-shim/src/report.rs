@@ -176,11 +176,12 @@ impl Report {
             ));
         }
         let o = self.override_fixes;
-        if o.fixed + o.warned > 0 {
+        if o.fixed + o.warned + o.fat_binaries + o.fat_binaries_left > 0 {
             out.push_str(&format!(
                 "rmcp[{pid}] gfx103x code under HSA_OVERRIDE_GFX_VERSION: {} code objects \
-                 fixed in place ({} instructions became s_nop 0), {} warned\n",
-                o.fixed, o.instructions_fixed, o.warned
+                 fixed in place ({} instructions became s_nop 0), {} warned; {} fat binaries \
+                 registered were read, {} left as they were\n",
+                o.fixed, o.instructions_fixed, o.warned, o.fat_binaries, o.fat_binaries_left
             ));
         }
         for n in &self.not_reached {

@@ -281,19 +281,26 @@ pub(crate) fn image_counts() -> ImageCounts {
     }
 }
 
-/// What the in-place fixes under an override count (`module_load`).
+/// What the in-place fixes under an override count (`module_load`, `fatbin`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum OverrideEvent {
-    /// A load the runtime received a copy with in-place fixes for, and accepted.
+    /// A load the runtime received a copy with in-place fixes for, and accepted; or a fat
+    /// binary registered as a private copy of its entry with the fixes.
     Fixed,
-    /// Words changed to `s_nop 0`, over the fixed loads.
+    /// Words changed to `s_nop 0`, over the fixed loads and fat binaries.
     InstructionsFixed,
-    /// A load with fixes that was loaded as it was, with a warning (`warn`, `dry-run`, or
-    /// the keep limit).
+    /// A load or fat binary with fixes that was handed on as it was, with a warning
+    /// (`warn`, `dry-run`, or a bound).
     Warned,
+    /// Fat binaries registered under the override whose entry was read and scanned.
+    FatBinaries,
+    /// Fat binaries registered under the override and handed on as they were without a
+    /// scan: a bound hit, a compressed bundle that does not say its size, GPUs that would
+    /// load different entries, a bundle that could not be read.
+    FatBinariesLeft,
 }
 
-static OVERRIDE_COUNTERS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+static OVERRIDE_COUNTERS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 
 /// Counts `n` of `what`.
 pub(crate) fn record_override(what: OverrideEvent, n: u64) {
@@ -306,6 +313,8 @@ pub(crate) struct OverrideCounts {
     pub(crate) fixed: u64,
     pub(crate) instructions_fixed: u64,
     pub(crate) warned: u64,
+    pub(crate) fat_binaries: u64,
+    pub(crate) fat_binaries_left: u64,
 }
 
 pub(crate) fn override_counts() -> OverrideCounts {
@@ -314,6 +323,8 @@ pub(crate) fn override_counts() -> OverrideCounts {
         fixed: c(OverrideEvent::Fixed),
         instructions_fixed: c(OverrideEvent::InstructionsFixed),
         warned: c(OverrideEvent::Warned),
+        fat_binaries: c(OverrideEvent::FatBinaries),
+        fat_binaries_left: c(OverrideEvent::FatBinariesLeft),
     }
 }
 

@@ -133,10 +133,12 @@ macro_rules! hooked_functions {
     };
 }
 
-/// The second part of the table: entry points rmcp observes and never changes. Each goes on,
-/// with every argument register and the stack exactly as the caller left them, to the
-/// function the caller would have reached; on the way the shim records one fact (a launch,
-/// a kernel's name, a queue's error callback). So a row needs no C signature: only its name,
+/// The second part of the table: entry points rmcp observes. Each goes on, with every
+/// argument register and the stack as the caller left them (but the one argument a row
+/// says it may replace: a queue's error callback, a fat binary's wrapper), to the function
+/// the caller would have reached, whose answer returns straight to the caller; on the way
+/// the shim records one fact (a launch, a kernel's name, a queue's error callback, a fat
+/// binary under an override). So a row needs no C signature: only its name,
 /// its `Observed` variant, and what it records, which the body's `observe` matches
 /// exhaustively. Rows take no floating-point argument (the body may use the vector registers
 /// while recording). `passive`: the front maps the body for this row's call only when the
@@ -200,6 +202,13 @@ macro_rules! observed_functions {
             /// *name, ...)`: every fat binary registers each kernel's host stub with its
             /// device name when it loads. Records (rsi, rcx).
             __hipRegisterFunction = HipRegisterFunction, names stub;
+            /// `void **__hipRegisterFatBinary(const void *data)`: a program's or library's
+            /// constructor hands the runtime its fat binary (`data`, a
+            /// `__CudaFatBinaryWrapper`). Under an override that makes a gfx1010-gfx1013 card
+            /// run gfx103x code, `data` (rdi) may become a private wrapper of a bundle holding
+            /// only the entry the runtime loads, with words fixed in place
+            /// (`rmcp-shim/src/fatbin.rs`); otherwise it goes on as the caller passed it.
+            __hipRegisterFatBinary = HipRegisterFatBinary, registers fatbin;
             /// `hsa_status_t hsa_queue_create(hsa_agent_t, uint32_t, hsa_queue_type32_t,
             /// callback, void *data, uint32_t, uint32_t, hsa_queue_t **)` (ROCR_1): HIP's
             /// queues, whose error callback (rcx) the shim wraps.

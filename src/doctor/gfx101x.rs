@@ -745,6 +745,7 @@ fn scan_gpu(
                 bytes,
                 target,
                 compressed,
+                ..
             } => {
                 run.bytes += bytes.len() as u64;
                 lib.bytes += bytes.len() as u64;

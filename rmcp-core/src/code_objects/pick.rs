@@ -12,10 +12,12 @@ use crate::gfx::Gfx;
 /// What reading one bundle (or Tensile file) gave.
 pub enum Got {
     /// The object the runtime would load: its bytes, its target as the bundle names it
-    /// (empty for a bare ELF), whether it came out of a compressed bundle.
+    /// (empty for a bare ELF), the bundle entry's whole ID (empty for a bare ELF), whether
+    /// it came out of a compressed bundle.
     Object {
         bytes: Vec<u8>,
         target: String,
+        id: String,
         compressed: bool,
     },
     /// No entry the runtime would load for this ISA.
@@ -101,6 +103,7 @@ pub fn read_object<R: ReadAt + ?Sized>(
             Ok(bytes) => Got::Object {
                 bytes,
                 target: String::new(),
+                id: String::new(),
                 compressed: false,
             },
             Err(e) => Got::Bad(e),
@@ -124,6 +127,7 @@ pub fn read_object<R: ReadAt + ?Sized>(
             Ok(bytes) => Got::Object {
                 bytes,
                 target: t.to_string(),
+                id: e.id.clone(),
                 compressed: false,
             },
             Err(e) => Got::Bad(e),
@@ -183,6 +187,7 @@ fn read_compressed<R: ReadAt + ?Sized>(
         Ok(plain) if plain.len() as u64 >= stop => Got::Object {
             bytes: plain[e.offset as usize..stop as usize].to_vec(),
             target: t.to_string(),
+            id: e.id.clone(),
             compressed: true,
         },
         Ok(_) => Got::Bad(format!(
