@@ -206,10 +206,13 @@ fn a_hang_is_named_once_by_the_stall_block() {
         .env_remove("RMCP_LOG")
         .stderr(std::fs::File::create(&err).unwrap())
         .stdout(std::fs::File::create(&out).unwrap());
+    // In a process group of its own: the script's child, the program, is ended with it.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd.spawn().unwrap();
     std::thread::sleep(Duration::from_secs(6));
     let still = child.try_wait().unwrap().is_none();
-    let _ = child.kill();
+    // SAFETY: a signal to the process group the child leads (its pid, process_group(0)).
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     let _ = child.wait();
     let (e, o) = (
         std::fs::read_to_string(&err).unwrap(),
