@@ -714,6 +714,31 @@ fn real_llama_cpp_runs_the_same_with_its_pinned_buffers_rewritten_on_6_4_3() {
     );
 }
 
+/// The override tests' hipcc program: `scale(int *, int)` (its body after `first`, a line
+/// of the kernel's own), launched once after arming a VM fault (emugpu_fault) for it.
+fn scale_program(first: &str) -> String {
+    format!(
+        r#"#include <hip/hip_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+__global__ void scale(int *p, int n) {{
+{first}    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i + 1] = p[i + 1] * 3 + 1;
+}}
+int main() {{
+    int *d = 0;
+    if (hipMalloc((void **)&d, 4096) != hipSuccess) return 3;
+    int (*arm)(const char *, unsigned long long) =
+        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
+    if (!arm || arm("vm", 0) != 0) return 5;
+    scale<<<1, 64>>>(d, 100);
+    printf("sync: %d\n", (int)hipDeviceSynchronize());
+    return 0;
+}}
+"#
+    )
+}
+
 /// Issue 39 item 4 for the fat binary a program registers at start-up (as PyTorch's
 /// libraries do): under HSA_OVERRIDE_GFX_VERSION=10.3.0 on the emulated gfx1010, a hipcc
 /// program built for gfx1030 faults in its kernel; the block names the kernel's hardware-bug
@@ -725,30 +750,7 @@ fn under_the_override_a_registered_kernels_sites_are_named_at_the_fault() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let exe = hipcc_build_for(
-        "gfx1030",
-        &hipcc,
-        dir.path(),
-        "scale",
-        r#"#include <hip/hip_runtime.h>
-#include <dlfcn.h>
-#include <stdio.h>
-__global__ void scale(int *p, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i + 1] = p[i + 1] * 3 + 1;
-}
-int main() {
-    int *d = 0;
-    if (hipMalloc((void **)&d, 4096) != hipSuccess) return 3;
-    int (*arm)(const char *, unsigned long long) =
-        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
-    if (!arm || arm("vm", 0) != 0) return 5;
-    scale<<<1, 64>>>(d, 100);
-    printf("sync: %d\n", (int)hipDeviceSynchronize());
-    return 0;
-}
-"#,
-    );
+    let exe = hipcc_build_for("gfx1030", &hipcc, dir.path(), "scale", &scale_program(""));
     let args = [
         "env".as_ref(),
         "HSA_OVERRIDE_GFX_VERSION=10.3.0".as_ref(),
@@ -783,25 +785,7 @@ fn under_the_override_a_fixed_fat_binarys_sites_are_those_the_gpu_got() {
         &hipcc,
         dir.path(),
         "prefetch",
-        r#"#include <hip/hip_runtime.h>
-#include <dlfcn.h>
-#include <stdio.h>
-__global__ void scale(int *p, int n) {
-    asm volatile("s_inst_prefetch 0x1");
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i + 1] = p[i + 1] * 3 + 1;
-}
-int main() {
-    int *d = 0;
-    if (hipMalloc((void **)&d, 4096) != hipSuccess) return 3;
-    int (*arm)(const char *, unsigned long long) =
-        (int (*)(const char *, unsigned long long))dlsym(RTLD_DEFAULT, "emugpu_fault");
-    if (!arm || arm("vm", 0) != 0) return 5;
-    scale<<<1, 64>>>(d, 100);
-    printf("sync: %d\n", (int)hipDeviceSynchronize());
-    return 0;
-}
-"#,
+        &scale_program("    asm volatile(\"s_inst_prefetch 0x1\");\n"),
     );
     let sites = |setting: &str| -> String {
         let fixes = format!("RMCP_OVERRIDE_FIXES={setting}");

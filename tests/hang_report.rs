@@ -28,16 +28,15 @@ fn prerequisites(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     Some((lib, co))
 }
 
-/// emu_probe5 STEPS on the emulated GPU (host 5.2.3), rmcp preloaded when `shim`, with `env`,
-/// killed after `limit` (Err: it was).
-fn run(
+/// emu_probe5 STEPS on the emulated GPU (host 5.2.3), rmcp preloaded when `shim`, with `env`
+/// and none of the caller's settings of rmcp or the emulator.
+fn probe(
     lib: &Path,
     dir: &Path,
     shim: bool,
     env: &[(&str, &str)],
     steps: &[&str],
-    limit: Duration,
-) -> Result<Output, String> {
+) -> std::process::Command {
     let mut cmd = emugpu_probe_command(lib, dir, &dir.join("log.jsonl"), None, steps);
     cmd.env_remove("RMCP_LOG")
         .env_remove("RMCP_MODE")
@@ -48,7 +47,19 @@ fn run(
         cmd.env("LD_PRELOAD", rmcp_testkit::shim());
     }
     cmd.envs(env.iter().copied());
-    output_within(&mut cmd, limit)
+    cmd
+}
+
+/// [`probe`], run to its end within `limit` (Err: it was killed).
+fn run(
+    lib: &Path,
+    dir: &Path,
+    shim: bool,
+    env: &[(&str, &str)],
+    steps: &[&str],
+    limit: Duration,
+) -> Result<Output, String> {
+    output_within(&mut probe(lib, dir, shim, env, steps), limit)
 }
 
 /// The block's line for the queue whose packet is `kernel`'s dispatch.
@@ -194,17 +205,8 @@ fn a_hang_is_named_once_by_the_stall_block() {
     // program it kills).
     let err = dir.path().join("stderr");
     let out = dir.path().join("stdout");
-    let mut cmd = emugpu_probe_command(
-        &lib,
-        dir.path(),
-        &dir.path().join("log.jsonl"),
-        None,
-        &steps,
-    );
-    cmd.env("LD_PRELOAD", rmcp_testkit::shim())
-        .env("RMCP_HANG_AFTER", "1")
-        .env_remove("RMCP_LOG")
-        .stderr(std::fs::File::create(&err).unwrap())
+    let mut cmd = probe(&lib, dir.path(), true, &[("RMCP_HANG_AFTER", "1")], &steps);
+    cmd.stderr(std::fs::File::create(&err).unwrap())
         .stdout(std::fs::File::create(&out).unwrap());
     // In a process group of its own: the script's child, the program, is ended with it.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
